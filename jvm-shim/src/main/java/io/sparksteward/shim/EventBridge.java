@@ -1,0 +1,122 @@
+package io.sparksteward.shim;
+
+import java.util.List;
+
+import org.apache.spark.SparkContext;
+
+/**
+ * The one class Python talks to. Python pulls batches with {@link #drain}: a plain call from
+ * Python into the JVM, so no py4j callback server is needed and Spark's listener thread never
+ * waits for Python.
+ */
+public final class EventBridge {
+  public static final String VERSION = "1";
+  static final String CAPACITY_KEY = "spark.steward.events.buffer-capacity";
+  static final int DEFAULT_CAPACITY = 100_000;
+  private static final String QUEUE = "steward";
+
+  private static volatile EventBridge current;
+
+  private final SparkContext sc;
+  private final EventBuffer buffer;
+  private final boolean ownQueue;
+  private volatile boolean stopped;
+
+  private EventBridge(SparkContext sc, EventBuffer buffer, boolean ownQueue) {
+    this.sc = sc;
+    this.buffer = buffer;
+    this.ownQueue = ownQueue;
+  }
+
+  /**
+   * Installs the listener for {@code sc} once and returns the bridge; called by the plugin at
+   * context start, or by Python's attach when the plugin was not configured.
+   */
+  public static synchronized EventBridge install(SparkContext sc) {
+    EventBridge bridge = current;
+    if (bridge != null && bridge.sc == sc) {
+      return bridge;
+    }
+    EventBuffer buffer = new EventBuffer(capacity(sc));
+    StewardListener listener = new StewardListener(buffer);
+    boolean ownQueue;
+    try {
+      // A queue of our own: a slow listener elsewhere can neither delay nor drop our events.
+      sc.listenerBus().addToQueue(listener, QUEUE);
+      ownQueue = true;
+    } catch (LinkageError | RuntimeException e) {
+      sc.addSparkListener(listener);
+      ownQueue = false;
+    }
+    bridge = new EventBridge(sc, buffer, ownQueue);
+    current = bridge;
+    return bridge;
+  }
+
+  /** The bridge of the current SparkContext, or null when none was installed. */
+  public static EventBridge current() {
+    return current;
+  }
+
+  /** Returns {@code {"dropped","accepted","stopped","events":[...]}} as one JSON string. */
+  public String drain(int max, long waitMillis) throws InterruptedException {
+    List<String> events = buffer.drain(max, waitMillis);
+    return EventEncoder.batch(events, buffer.dropped(), buffer.accepted(), stopped);
+  }
+
+  /**
+   * Waits until Spark's listener bus has handed every posted event to our buffer; returns the
+   * number of events accepted so far, or -1 on timeout.
+   */
+  public long flush(long timeoutMillis) {
+    if (!stopped) {
+      try {
+        sc.listenerBus().waitUntilEmpty(timeoutMillis);
+      } catch (java.util.concurrent.TimeoutException e) {
+        return -1;
+      } catch (LinkageError | RuntimeException e) {
+        // Bus already stopped (it drains on stop) or not reachable: what was accepted is final.
+      }
+    }
+    return buffer.accepted();
+  }
+
+  public long accepted() {
+    return buffer.accepted();
+  }
+
+  public long dropped() {
+    return buffer.dropped();
+  }
+
+  public int pending() {
+    return buffer.size();
+  }
+
+  public boolean isStopped() {
+    return stopped;
+  }
+
+  public boolean hasOwnQueue() {
+    return ownQueue;
+  }
+
+  public String version() {
+    return VERSION;
+  }
+
+  void markStopped() {
+    stopped = true;
+  }
+
+  private static int capacity(SparkContext sc) {
+    // Python validates the key at attach and names a bad value; here a bad value must not stop
+    // the SparkContext from starting, so it falls back to the default.
+    try {
+      int value = Integer.parseInt(sc.conf().get(CAPACITY_KEY, String.valueOf(DEFAULT_CAPACITY)).trim());
+      return value > 0 ? value : DEFAULT_CAPACITY;
+    } catch (NumberFormatException e) {
+      return DEFAULT_CAPACITY;
+    }
+  }
+}

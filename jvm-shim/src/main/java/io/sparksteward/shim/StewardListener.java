@@ -1,0 +1,148 @@
+package io.sparksteward.shim;
+
+import java.util.List;
+import java.util.Properties;
+
+import org.apache.spark.TaskEndReason;
+import org.apache.spark.TaskFailedReason;
+import org.apache.spark.TaskKilled;
+import org.apache.spark.scheduler.JobResult;
+import org.apache.spark.scheduler.SparkListener;
+import org.apache.spark.scheduler.SparkListenerApplicationEnd;
+import org.apache.spark.scheduler.SparkListenerExecutorAdded;
+import org.apache.spark.scheduler.SparkListenerExecutorRemoved;
+import org.apache.spark.scheduler.SparkListenerJobEnd;
+import org.apache.spark.scheduler.SparkListenerJobStart;
+import org.apache.spark.scheduler.SparkListenerTaskEnd;
+import org.apache.spark.scheduler.SparkListenerTaskStart;
+import org.apache.spark.scheduler.TaskInfo;
+
+/**
+ * Turns the listener events spark-steward needs into encoded records and hands them to the
+ * buffer. Runs on Spark's listener thread, so it only encodes and offers: no IO, no locks held
+ * across calls, no calls into Python.
+ */
+final class StewardListener extends SparkListener {
+  /** Local properties forwarded with job start: ours, plus what identifies the job to a user. */
+  private static final String PREFIX = "spark.steward.";
+  private static final String JOB_GROUP = "spark.jobGroup.id";
+  private static final String JOB_TAGS = "spark.job.tags";
+
+  private final EventBuffer buffer;
+
+  StewardListener(EventBuffer buffer) {
+    this.buffer = buffer;
+  }
+
+  @Override
+  public void onJobStart(SparkListenerJobStart e) {
+    Properties props = e.properties();
+    List<String[]> steward = EventEncoder.pairs();
+    String group = null;
+    String tags = null;
+    if (props != null) {
+      for (String name : props.stringPropertyNames()) {
+        if (name.startsWith(PREFIX)) {
+          steward.add(new String[] {name, props.getProperty(name)});
+        }
+      }
+      group = props.getProperty(JOB_GROUP);
+      tags = props.getProperty(JOB_TAGS);
+    }
+    List<Integer> stages = new java.util.ArrayList<>();
+    for (Object id : scala.jdk.javaapi.CollectionConverters.asJava(e.stageIds())) {
+      stages.add((Integer) id);
+    }
+    buffer.offer(EventEncoder.event("job_start", e.time())
+        .num("job_id", e.jobId())
+        .nums("stage_ids", stages)
+        .str("job_group", group)
+        .str("job_tags", tags)
+        .map("properties", steward));
+  }
+
+  @Override
+  public void onJobEnd(SparkListenerJobEnd e) {
+    JobResult result = e.jobResult();
+    boolean ok = result.getClass().getSimpleName().startsWith("JobSucceeded");
+    buffer.offer(EventEncoder.event("job_end", e.time())
+        .num("job_id", e.jobId())
+        .str("result", ok ? "succeeded" : "failed")
+        .str("message", ok ? null : failureMessage(result)));
+  }
+
+  @Override
+  public void onTaskStart(SparkListenerTaskStart e) {
+    buffer.offer(task("task_start", e.taskInfo().launchTime(), e.stageId(), e.stageAttemptId(),
+        e.taskInfo()));
+  }
+
+  @Override
+  public void onTaskEnd(SparkListenerTaskEnd e) {
+    TaskInfo info = e.taskInfo();
+    TaskEndReason reason = e.reason();
+    String outcome;
+    String message = null;
+    if (reason instanceof TaskKilled) {
+      outcome = "killed";
+      message = ((TaskKilled) reason).reason();
+    } else if (reason instanceof TaskFailedReason) {
+      outcome = "failed";
+      message = ((TaskFailedReason) reason).toErrorString();
+    } else {
+      outcome = "success";
+    }
+    long end = info.finishTime() > 0 ? info.finishTime() : System.currentTimeMillis();
+    buffer.offer(task("task_end", end, e.stageId(), e.stageAttemptId(), info)
+        .str("reason", outcome)
+        .str("message", message)
+        .str("task_type", e.taskType()));
+  }
+
+  @Override
+  public void onExecutorAdded(SparkListenerExecutorAdded e) {
+    buffer.offer(EventEncoder.event("executor_added", e.time())
+        .str("executor_id", e.executorId())
+        .str("host", e.executorInfo().executorHost())
+        .num("cores", e.executorInfo().totalCores()));
+  }
+
+  @Override
+  public void onExecutorRemoved(SparkListenerExecutorRemoved e) {
+    buffer.offer(EventEncoder.event("executor_removed", e.time())
+        .str("executor_id", e.executorId())
+        .str("message", e.reason()));
+  }
+
+  @Override
+  public void onApplicationEnd(SparkListenerApplicationEnd e) {
+    buffer.offer(EventEncoder.event("application_end", e.time()));
+  }
+
+  private static EventEncoder.Builder task(
+      String type, long time, int stageId, int stageAttempt, TaskInfo info) {
+    return EventEncoder.event(type, time)
+        .num("task_id", info.taskId())
+        .num("stage_id", stageId)
+        .num("stage_attempt", stageAttempt)
+        .num("partition", info.partitionId())
+        .num("index", info.index())
+        .num("attempt", info.attemptNumber())
+        .str("executor_id", info.executorId())
+        .str("host", info.host());
+  }
+
+  /** JobFailed is private to Spark; read its exception reflectively and fall back to toString. */
+  private static String failureMessage(JobResult result) {
+    try {
+      Object ex = result.getClass().getMethod("exception").invoke(result);
+      if (ex instanceof Throwable) {
+        String msg = ((Throwable) ex).getMessage();
+        return msg != null ? msg : ex.toString();
+      }
+    } catch (ReflectiveOperationException | RuntimeException ignored) {
+      // Not the JobFailed shape we know: the string form still says what happened.
+    }
+    return result.toString();
+  }
+}
