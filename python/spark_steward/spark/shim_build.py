@@ -1,0 +1,114 @@
+"""Compiles the JVM shim with javac against the jars of an installed pyspark.
+
+Standard library only: the build backend loads this file directly, before any dependency of
+the package is importable. There is no Maven: Spark's own jars are the classpath.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import zipfile
+from pathlib import Path
+
+JAR_NAME = "spark-steward-shim.jar"
+JAVA_RELEASE = "17"
+_NEEDED_JARS = ("spark-core_*.jar", "scala-library-*.jar")
+
+
+class ShimBuildError(RuntimeError):
+    """The shim cannot be compiled here; the message says what to install or set."""
+
+
+def candidate_jar_dirs() -> list[Path]:
+    """Where Spark's jars may be: SPARK_HOME, the importable pyspark, the target site-packages."""
+    found: list[Path] = []
+    if os.environ.get("SPARK_HOME"):
+        found.append(Path(os.environ["SPARK_HOME"]) / "jars")
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("pyspark")
+        if spec is not None and spec.origin:
+            found.append(Path(spec.origin).parent / "jars")
+    except (ImportError, ValueError):
+        pass
+    # Under pip's isolated build the interpreter's own site-packages are not on sys.path, but a
+    # pyspark installed there is what the package will run against.
+    for key in ("purelib", "platlib"):
+        found.append(Path(sysconfig.get_paths()[key]) / "pyspark" / "jars")
+    return found
+
+
+def find_spark_jars() -> Path:
+    looked = []
+    for directory in candidate_jar_dirs():
+        looked.append(str(directory))
+        if all(glob.glob(str(directory / pattern)) for pattern in _NEEDED_JARS):
+            return directory
+    raise ShimBuildError(
+        "no Spark jars to compile the spark-steward JVM shim against; looked in: "
+        + ", ".join(looked) + ". Install pyspark (pip install pyspark) or set SPARK_HOME")
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None and os.environ.get("JAVA_HOME"):
+        candidate = Path(os.environ["JAVA_HOME"]) / "bin" / name
+        path = str(candidate) if candidate.exists() else None
+    if path is None:
+        raise ShimBuildError(
+            f"`{name}` was not found on PATH or in JAVA_HOME: spark-steward compiles its JVM shim "
+            "with a JDK 17 or newer. Install one, e.g. `apt-get install openjdk-17-jdk-headless` "
+            "(Debian/Ubuntu) or `brew install openjdk@17` (macOS)")
+    return path
+
+
+def source_digest(src_dir: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(src_dir.rglob("*.java")):
+        digest.update(path.relative_to(src_dir).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def compile_shim(src_dir: Path, out_jar: Path, jars_dir: Path | None = None) -> Path:
+    """Compiles every ``*.java`` under ``src_dir`` into ``out_jar`` (written atomically)."""
+    sources = sorted(str(p) for p in src_dir.rglob("*.java"))
+    if not sources:
+        raise ShimBuildError(f"no Java sources under {src_dir}")
+    jars_dir = jars_dir or find_spark_jars()
+    classpath = os.pathsep.join(sorted(glob.glob(str(jars_dir / "*.jar"))))
+    javac = _tool("javac")
+    out_jar.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="spark-steward-shim-") as classes:
+        result = subprocess.run(
+            [javac, "--release", JAVA_RELEASE, "-Xlint:all,-path,-serial", "-Werror",
+             "-encoding", "UTF-8", "-cp", classpath, "-d", classes, *sources],
+            capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ShimBuildError(
+                f"javac failed compiling the spark-steward shim against {jars_dir}:\n"
+                + result.stderr.strip())
+        tmp = out_jar.with_name(out_jar.name + ".tmp")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF",
+                         "Manifest-Version: 1.0\nCreated-By: spark-steward\n"
+                         f"Spark-Steward-Source: {source_digest(src_dir)}\n")
+            for path in sorted(Path(classes).rglob("*.class")):
+                jar.write(path, path.relative_to(classes).as_posix())
+        os.replace(tmp, out_jar)
+    return out_jar
+
+
+if __name__ == "__main__":  # python shim_build.py <src_dir> <out_jar>
+    try:
+        print(compile_shim(Path(sys.argv[1]), Path(sys.argv[2])))
+    except ShimBuildError as exc:
+        sys.exit(f"error: {exc}")
