@@ -1,0 +1,62 @@
+"""spark-steward: owners, verified identities and retried cleanup for everything a Spark
+application creates.
+
+Enable it with conf flags alone (``spark-steward conf --storage URL`` prints them); existing
+PySpark jobs run unchanged. :func:`attach` is the explicit twin for notebooks and tests.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_steward.spark.runtime import DriverRuntime
+
+__all__ = ["__version__", "attach", "detach", "runtime", "is_enabled", "bootstrap"]
+
+
+def attach(spark: Any = None) -> "DriverRuntime":
+    """Attaches spark-steward to ``spark`` (SparkSession or SparkContext; the active one if None).
+
+    >>> import spark_steward
+    >>> rt = spark_steward.attach(spark)   # doctest: +SKIP
+    """
+    from spark_steward.spark.runtime import attach as _attach
+
+    return _attach(spark, explicit=True)
+
+
+def detach() -> None:
+    """Detaches from the current SparkContext (``spark.stop()`` does this for you)."""
+    from spark_steward.spark.runtime import detach as _detach
+
+    _detach()
+
+
+def runtime(spark: "SparkSession | None" = None) -> "DriverRuntime":
+    """The attached runtime, checked to be enabled for ``spark`` (the active session if None)."""
+    from spark_steward.spark.runtime import runtime_for
+
+    return runtime_for(spark)
+
+
+def is_enabled(spark: "SparkSession | None" = None) -> bool:
+    """True when spark-steward is attached and on for ``spark`` (the active session if None)."""
+    from spark_steward.spark.runtime import current_runtime
+
+    current = current_runtime()
+    return current is not None and current.enabled_for(spark)
+
+
+def bootstrap(data: "RDD[Any] | DataFrame") -> "RDD[Any]":
+    """``data`` as an RDD whose tasks start the executor runtime first (explicit bootstrap)."""
+    from spark_steward.spark.bootstrap import bootstrap as _bootstrap
+
+    rdd = data if hasattr(data, "mapPartitions") else data.rdd  # type: ignore[union-attr]
+    spark = getattr(data, "sparkSession", None)
+    return _bootstrap(rdd, runtime(spark).context_broadcast)

@@ -1,0 +1,157 @@
+"""Application records in the storage dir: who is (or was) running, so a later run can tell
+live, finished and crashed applications apart and clean up after the crashed ones.
+
+Layout: ``applications/<app id>.json`` (a checksummed record) and ``apps/<app id>/`` (what the
+application owns, one folder per capability).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Callable
+
+from spark_steward.errors import RecordCorrupt, StewardError
+from spark_steward.lifecycle.liveness import DriverIdentity, Liveness, classify
+from spark_steward.storage import Storage
+
+log = logging.getLogger(__name__)
+
+RECORDS_DIR = "applications"
+OWNED_DIR = "apps"
+_APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+
+
+def validate_app_id(app_id: str) -> str:
+    """Application ids become path segments: reject anything that could escape them."""
+    if not _APP_ID.match(app_id or ""):
+        raise StewardError(f"application id {app_id!r} is not a safe path segment")
+    return app_id
+
+
+@dataclass(frozen=True)
+class ApplicationRecord:
+    app_id: str
+    app_name: str
+    host: str
+    pid: int
+    pid_start: int | None
+    started_at: float
+    heartbeat_at: float
+    finished_at: float | None = None
+    spark_version: str = ""
+    steward_version: str = ""
+
+    @property
+    def driver(self) -> DriverIdentity:
+        return DriverIdentity(self.host, self.pid, self.pid_start)
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_at is not None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (Linux), None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_alive(pid: int, start_ticks: int | None) -> bool:
+    """True when ``pid`` runs and, where known, is the same process (not a reused pid)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if start_ticks is None:
+        return True
+    current = process_start_ticks(pid)
+    return current is None or current == start_ticks
+
+
+class ApplicationRegistry:
+    """Reads and writes application records; the clock is injected for tests."""
+
+    def __init__(self, storage: Storage, *, heartbeat_timeout: float,
+                 clock: Callable[[], float] = time.time,
+                 this_host: str | None = None,
+                 probe: Callable[[int, int | None], bool] = process_alive) -> None:
+        self.storage = storage
+        self.heartbeat_timeout = heartbeat_timeout
+        self.clock = clock
+        self.this_host = this_host or socket.gethostname()
+        self.probe = probe
+
+    @staticmethod
+    def record_path(app_id: str) -> str:
+        return f"{RECORDS_DIR}/{validate_app_id(app_id)}.json"
+
+    @staticmethod
+    def owned_path(app_id: str) -> str:
+        return f"{OWNED_DIR}/{validate_app_id(app_id)}"
+
+    def new_record(self, app_id: str, app_name: str, *, spark_version: str = "",
+                   steward_version: str = "") -> ApplicationRecord:
+        now = self.clock()
+        pid = os.getpid()
+        return ApplicationRecord(validate_app_id(app_id), app_name, self.this_host, pid,
+                                 process_start_ticks(pid), now, now, None, spark_version,
+                                 steward_version)
+
+    def write(self, record: ApplicationRecord) -> None:
+        self.storage.write_record(self.record_path(record.app_id), asdict(record))
+
+    def heartbeat(self, record: ApplicationRecord) -> ApplicationRecord:
+        updated = replace(record, heartbeat_at=self.clock())
+        self.write(updated)
+        return updated
+
+    def finish(self, record: ApplicationRecord) -> ApplicationRecord:
+        now = self.clock()
+        updated = replace(record, heartbeat_at=now, finished_at=now)
+        self.write(updated)
+        return updated
+
+    def read(self, app_id: str) -> ApplicationRecord | None:
+        try:
+            body = self.storage.read_record(self.record_path(app_id))
+        except FileNotFoundError:
+            return None
+        return ApplicationRecord(**body)
+
+    def all(self) -> list[ApplicationRecord]:
+        """Every readable record; a corrupt one is logged and skipped, never guessed at."""
+        found = []
+        for name in self.storage.list_names(RECORDS_DIR):
+            if not name.endswith(".json"):
+                continue
+            try:
+                record = self.read(name[: -len(".json")])
+            except (RecordCorrupt, TypeError, StewardError) as exc:
+                log.warning("skipping application record %s: %s", name, exc)
+                continue
+            if record is not None:
+                found.append(record)
+        return found
+
+    def liveness(self, record: ApplicationRecord) -> Liveness:
+        return classify(finished=record.finished, heartbeat_at=record.heartbeat_at,
+                        driver=record.driver, now=self.clock(),
+                        heartbeat_timeout=self.heartbeat_timeout, this_host=self.this_host,
+                        process_alive=self.probe)
+
+    def owned_usage(self, app_id: str) -> dict[str, tuple[int, int]]:
+        """``{capability: (files, bytes)}`` of what the application owns in the storage dir."""
+        base = self.owned_path(app_id)
+        return {name: self.storage.usage(f"{base}/{name}")
+                for name in self.storage.list_names(base)}

@@ -1,0 +1,228 @@
+"""Every ``spark.steward.*`` key in one table: name, type, default, doc.
+
+Code reads typed values through :class:`StewardConf`, never raw strings. README's configuration
+section is generated from :data:`KEYS` (``spark-steward conf --markdown``) and a test keeps the two
+in sync. A bad value raises :class:`~spark_steward.errors.ConfigError` with one line naming the
+key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
+
+from spark_steward.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PREFIX = "spark.steward."
+T = TypeVar("T")
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+               "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
+_NUMBER_WITH_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def _parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("true or false")
+
+
+def _parse_int(raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ValueError("a whole number") from None
+
+
+def _parse_duration(raw: str) -> float:
+    """Spark-style durations: ``500ms``, ``10s``, ``5min``, ``1h``; a bare number is seconds."""
+    match = _NUMBER_WITH_UNIT.match(raw)
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _DURATION_UNITS and unit != "":
+        raise ValueError("a duration such as 500ms, 10s, 5min or 1h")
+    return float(match.group(1)) * _DURATION_UNITS.get(unit, 1.0)
+
+
+def _parse_size(raw: str) -> int:
+    """Spark-style sizes: ``512k``, ``64m``, ``1g``; a bare number is bytes."""
+    match = _NUMBER_WITH_UNIT.match(raw)
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _SIZE_UNITS:
+        raise ValueError("a size such as 512k, 64m or 1g")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def _parse_str(raw: str) -> str:
+    return raw.strip()
+
+
+@dataclass(frozen=True)
+class ConfigType(Generic[T]):
+    """How a key's raw string becomes a typed value."""
+
+    name: str
+    parse: Callable[[str], T]
+
+
+BOOL: ConfigType[bool] = ConfigType("boolean", _parse_bool)
+INT: ConfigType[int] = ConfigType("int", _parse_int)
+DURATION: ConfigType[float] = ConfigType("duration", _parse_duration)
+SIZE: ConfigType[int] = ConfigType("size", _parse_size)
+STRING: ConfigType[str] = ConfigType("string", _parse_str)
+
+
+@dataclass(frozen=True)
+class ConfigKey(Generic[T]):
+    """One documented key. ``default_text`` is what README shows; ``minimum`` bounds numbers."""
+
+    name: str
+    type: ConfigType[T]
+    default_text: str
+    doc: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+
+    def parse(self, raw: str) -> T:
+        """Typed value of ``raw``; raises ConfigError naming this key, the value and the rule."""
+        try:
+            value = self.type.parse(str(raw))
+        except ValueError as exc:
+            raise ConfigError(f"{self.name}={raw!r} is not valid: expected {exc}") from None
+        if self.choices and value not in self.choices:
+            raise ConfigError(
+                f"{self.name}={raw!r} is not valid: expected one of {', '.join(self.choices)}")
+        if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
+            raise ConfigError(f"{self.name}={raw!r} is not valid: must be at least {self.minimum:g}")
+        return value
+
+    @property
+    def default(self) -> T:
+        return self.parse(self.default_text) if self.default_text != "" else self.type.parse("")
+
+
+KEYS: dict[str, ConfigKey[Any]] = {}
+
+
+def _key(name: str, type_: ConfigType[T], default: str, doc: str, *,
+         choices: tuple[str, ...] = (), minimum: float | None = None) -> ConfigKey[T]:
+    key = ConfigKey(name, type_, default, doc, choices, minimum)
+    KEYS[name] = key
+    return key
+
+
+def default_storage_dir() -> str:
+    """The embedded default: a local directory, so nothing else has to run."""
+    return (Path(tempfile.gettempdir()) / "spark-steward" / "storage").as_uri()
+
+
+def default_local_dir() -> str:
+    return str(Path(tempfile.gettempdir()) / "spark-steward" / "local")
+
+
+ENABLED = _key(
+    "spark.steward.enabled", BOOL, "false",
+    "Turns spark-steward on. Read from the runtime conf of the SparkSession in use at every "
+    "decision, so `spark.conf.set(\"spark.steward.enabled\", \"false\")` turns it off for that "
+    "session only.")
+STORAGE_DIR = _key(
+    "spark.steward.storage.dir", STRING, "",
+    "Durable storage URL for metadata, application records and HA copies: any fsspec URL "
+    "(`file:///…`, `s3://bucket/prefix`, `hdfs://…`, `memory://…` in tests). Empty means a local "
+    "directory under the system temp dir (the embedded default, single-host only).")
+LOCAL_DIR = _key(
+    "spark.steward.local.dir", STRING, "",
+    "Host-local working directory on the driver and every executor host. Empty means "
+    "`<system temp dir>/spark-steward/local`.")
+EVENTS_BUFFER_CAPACITY = _key(
+    "spark.steward.events.buffer-capacity", INT, "100000",
+    "Events the JVM shim holds for Python before it drops (and counts) new ones. Read by the "
+    "shim at SparkContext start.", minimum=1)
+EVENTS_BATCH_SIZE = _key(
+    "spark.steward.events.batch-size", INT, "10000",
+    "Most events carried by one call from Python into the JVM.", minimum=1)
+EVENTS_POLL_INTERVAL = _key(
+    "spark.steward.events.poll-interval", DURATION, "100ms",
+    "How long one drain call waits in the JVM for a first event; bounds event latency.",
+    minimum=0.001)
+HEARTBEAT_INTERVAL = _key(
+    "spark.steward.heartbeat.interval", DURATION, "10s",
+    "How often a live application refreshes its record in the storage dir.", minimum=0.01)
+HEARTBEAT_TIMEOUT = _key(
+    "spark.steward.heartbeat.timeout", DURATION, "2min",
+    "A running application whose heartbeat is older than this is taken as crashed (on the "
+    "driver's own host a vanished driver process counts as crashed at once).", minimum=0.01)
+SHIM_JAR = _key(
+    "spark.steward.shim.jar", STRING, "",
+    "Path of the JVM shim jar to load when the plugin is not on the classpath. Empty means the "
+    "jar inside the installed package (`spark-steward jar`).")
+
+
+class StewardConf:
+    """Validated, typed view of the ``spark.steward.*`` pairs of one conf.
+
+    Build it with :meth:`from_pairs`; every key is parsed up front so a bad value fails at attach,
+    not in the middle of a job.
+    """
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = dict(values)
+
+    @classmethod
+    def from_pairs(cls, pairs: Iterable[tuple[str, str]], *, warn_unknown: bool = True
+                   ) -> "StewardConf":
+        values: dict[str, Any] = {}
+        for name, raw in pairs:
+            if not name.startswith(PREFIX):
+                continue
+            key = KEYS.get(name)
+            if key is None:
+                if warn_unknown:
+                    log.warning("%s", unknown_key_message(name))
+                continue
+            values[name] = key.parse(raw)
+        return cls(values)
+
+    def get(self, key: ConfigKey[T]) -> T:
+        if key.name in self._values:
+            return self._values[key.name]  # type: ignore[no-any-return]
+        return key.default
+
+    def is_set(self, key: ConfigKey[Any]) -> bool:
+        return key.name in self._values
+
+    def storage_dir(self) -> str:
+        return self.get(STORAGE_DIR) or default_storage_dir()
+
+    def local_dir(self) -> str:
+        return self.get(LOCAL_DIR) or default_local_dir()
+
+    def as_dict(self) -> dict[str, Any]:
+        """Effective value of every key, defaults included."""
+        return {name: self.get(key) for name, key in KEYS.items()}
+
+
+def unknown_key_message(name: str) -> str:
+    close = difflib.get_close_matches(name, list(KEYS), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else "; known keys: spark-steward conf --markdown"
+    return f"unknown spark-steward key {name}{hint}"
+
+
+def render_markdown_table() -> str:
+    """The README configuration table, generated from :data:`KEYS`."""
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for key in KEYS.values():
+        kind = key.type.name if not key.choices else " \\| ".join(f"`{c}`" for c in key.choices)
+        default = f"`{key.default_text}`" if key.default_text else "(empty)"
+        lines.append(f"| `{key.name}` | {kind} | {default} | {key.doc} |")
+    return "\n".join(lines)

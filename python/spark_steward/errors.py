@@ -1,0 +1,52 @@
+"""One error hierarchy for spark-steward.
+
+Every message names the key, value, path or id at fault and says what to do. The split between
+*definitely failed* and *outcome unknown* (StorageError vs OutcomeUnknown) decides whether a
+cleanup may be retried blindly or must first look at what landed.
+"""
+
+from __future__ import annotations
+
+
+class StewardError(Exception):
+    """Base of every error spark-steward raises on purpose."""
+
+
+class ConfigError(StewardError, ValueError):
+    """A spark.steward.* value is malformed or out of range; the message names key and value."""
+
+
+class SetupError(StewardError):
+    """The environment cannot run spark-steward (no java/javac, no plugin API, Spark Connect)."""
+
+
+class NotAttached(StewardError):
+    """An API that needs the driver runtime was called while spark-steward is not attached."""
+
+
+class DisabledForSession(StewardError):
+    """spark.steward.enabled is false in the runtime conf of the SparkSession in use."""
+
+
+class NotInTask(StewardError):
+    """An executor-side API was called outside a task that carries the executor context."""
+
+
+class StorageError(StewardError):
+    """A storage operation definitely failed (nothing was changed)."""
+
+
+class OutcomeUnknown(StorageError):
+    """A storage write may or may not have landed; look before retrying or cleaning up."""
+
+
+class StorageBackendMissing(StorageError):
+    """The URL's scheme needs an fsspec backend that is not installed; the message names it."""
+
+
+class ChecksumMismatch(StewardError):
+    """Stored bytes do not match their recorded checksum; the message names the path."""
+
+
+class RecordCorrupt(ChecksumMismatch):
+    """A metadata record is unreadable or fails verification; the message names the path."""

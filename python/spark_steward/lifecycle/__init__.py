@@ -1,0 +1,1 @@
+"""The pure lifecycle core: no Spark, no sockets, no fsspec. Time and IO are injected."""

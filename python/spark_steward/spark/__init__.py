@@ -1,0 +1,1 @@
+"""Spark glue: shim loading, the driver runtime, events, executor bootstrap, activation."""

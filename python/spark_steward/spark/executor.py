@@ -1,0 +1,162 @@
+"""The executor runtime: created lazily inside a task, once per Python worker process.
+
+The executor context arrives with every task command (see :mod:`spark_steward.spark.bootstrap`);
+installing it is a dictionary assignment. The runtime itself, with its working directory and the
+per-process components later capabilities add (blob cache, segment writer, local state), is built
+on first use. Sibling worker processes of one executor share the host-local directory and
+coordinate through it (file locks, atomic renames), never through memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, TypeVar
+
+from spark_steward.errors import NotInTask
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ExecutorContext:
+    """What every task of one application needs to reach spark-steward; sent by broadcast.
+
+    The token authenticates executors to the driver's servers; it never goes into local
+    properties, which show up in the Spark UI and event logs.
+    """
+
+    app_id: str
+    storage_url: str
+    local_dir: str
+    auth_token: str = field(repr=False)
+    driver_host: str = ""
+    server_port: int | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+TaskHook = Callable[["TaskScope"], None]
+
+
+@dataclass
+class TaskScope:
+    """One task attempt running in this process; components hang per-task state on it."""
+
+    runtime: "ExecutorRuntime"
+    partition: int
+    attempt_id: int
+    stage_id: int
+    state: dict[str, Any] = field(default_factory=dict)
+    succeeded: bool = False
+
+
+class ExecutorRuntime:
+    """Per-process, per-application state on an executor."""
+
+    def __init__(self, context: ExecutorContext) -> None:
+        self.context = context
+        self.pid = os.getpid()
+        self.created_at = time.time()
+        self.work_dir = Path(context.local_dir) / context.app_id
+        self._components: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._task_end_hooks: list[TaskHook] = []
+        self.tasks_entered = 0
+        self.tasks_exited = 0
+
+    def component(self, name: str, factory: Callable[["ExecutorRuntime"], T]) -> T:
+        """The process-wide component ``name``, built by ``factory`` on first use."""
+        with self._lock:
+            if name not in self._components:
+                self._components[name] = factory(self)
+            return self._components[name]  # type: ignore[no-any-return]
+
+    def on_task_end(self, hook: TaskHook) -> None:
+        """Runs ``hook`` when each task attempt in this process ends, however it ends."""
+        with self._lock:
+            self._task_end_hooks.append(hook)
+
+    def end_task(self, scope: TaskScope) -> None:
+        self.tasks_exited += 1
+        for hook in list(self._task_end_hooks):
+            try:
+                hook(scope)
+            except Exception:
+                log.exception("spark-steward task-end hook %r failed", hook)
+
+
+class _ProcessState:
+    """Module state, reset after fork so a forked worker never inherits its parent's runtime."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.context: ExecutorContext | None = None
+        self.runtimes: dict[str, ExecutorRuntime] = {}
+        self.lock = threading.Lock()
+
+
+_state = _ProcessState()
+
+
+def _reset_after_fork() -> None:
+    global _state
+    _state = _ProcessState()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def install_context(context: ExecutorContext) -> None:
+    """Makes ``context`` current in this process (cheap; called for every task command)."""
+    _state.context = context
+
+
+def current_context() -> ExecutorContext | None:
+    return _state.context
+
+
+def executor_runtime() -> ExecutorRuntime:
+    """The runtime of the current application in this process, created on first call.
+
+    Raises NotInTask outside a task that carries spark-steward's executor context.
+    """
+    context = _state.context
+    if context is None:
+        raise NotInTask(
+            "spark-steward is not active in this task: the job was not submitted from a "
+            "SparkSession with spark.steward.enabled=true, or this code runs outside a Spark task")
+    runtime = _state.runtimes.get(context.app_id)
+    if runtime is None:
+        with _state.lock:
+            runtime = _state.runtimes.get(context.app_id)
+            if runtime is None:
+                runtime = ExecutorRuntime(context)
+                _state.runtimes[context.app_id] = runtime
+                log.info("spark-steward executor runtime for %s started in pid %d",
+                         context.app_id, runtime.pid)
+    return runtime
+
+
+@contextmanager
+def task_scope() -> Iterator[TaskScope]:
+    """Brackets one task attempt: hooks run on success, failure or kill (try/finally)."""
+    from pyspark import TaskContext
+
+    runtime = executor_runtime()
+    tc = TaskContext.get()
+    scope = TaskScope(runtime,
+                      tc.partitionId() if tc else -1,
+                      tc.taskAttemptId() if tc else -1,
+                      tc.stageId() if tc else -1)
+    runtime.tasks_entered += 1
+    try:
+        yield scope
+        scope.succeeded = True
+    finally:
+        runtime.end_task(scope)

@@ -1,0 +1,59 @@
+"""Which SparkSession is in use, and whether spark-steward is on for it.
+
+The runtime conf of a session decides at every call, so
+``spark.conf.set("spark.steward.enabled", "false")`` turns spark-steward off for that session
+only; a sibling from ``spark.newSession()`` keeps its own value (it starts from the
+SparkContext's conf).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from spark_steward.config import ENABLED
+from spark_steward.errors import SetupError
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+
+def is_connect_session(spark: Any) -> bool:
+    cls = type(spark)
+    return cls.__module__.startswith("pyspark.sql.connect")
+
+
+def require_classic(spark: Any) -> None:
+    if is_connect_session(spark):
+        raise SetupError(
+            "spark-steward needs a classic SparkSession with a driver-side SparkContext; this is "
+            "a Spark Connect session. Run the job with spark-submit (or pyspark) without "
+            "--remote / SPARK_REMOTE, and set spark.steward.enabled=true there")
+
+
+def context_of(spark_or_sc: Any) -> "SparkContext":
+    """The SparkContext behind a SparkSession or a SparkContext."""
+    from pyspark import SparkContext
+
+    require_classic(spark_or_sc)
+    if isinstance(spark_or_sc, SparkContext):
+        return spark_or_sc
+    sc = getattr(spark_or_sc, "sparkContext", None)
+    if sc is None:
+        raise SetupError(f"expected a SparkSession or SparkContext, got {type(spark_or_sc).__name__}")
+    return sc  # type: ignore[no-any-return]
+
+
+def session_enabled(spark: "SparkSession", context_default: bool) -> bool:
+    """spark.steward.enabled in ``spark``'s runtime conf; a bad value raises ConfigError."""
+    raw = spark.conf.get(ENABLED.name, None)
+    if raw is None:
+        return context_default
+    return bool(ENABLED.parse(raw))
+
+
+def active_session() -> "SparkSession | None":
+    """The session pyspark itself would use for a new UDF or RDD on this thread."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()

@@ -1,0 +1,208 @@
+"""A thin layer over fsspec: one storage root, atomic small-object writes, listing, idempotent
+recursive delete, checksummed records.
+
+Any fsspec URL works: ``file://`` (the embedded default), ``memory://`` for unit tests, ``s3://``
+and friends for durable HA storage. Paths given to :class:`Storage` methods are relative to the
+root and use ``/``; they are validated so nothing escapes the root.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.registry import known_implementations
+
+from spark_steward import records
+from spark_steward.errors import OutcomeUnknown, StorageBackendMissing, StorageError
+
+log = logging.getLogger(__name__)
+
+# Object stores make a single PUT atomic and have no cheap rename.
+_OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss",
+                            "memory"})
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file below the root: its relative path and size in bytes."""
+
+    path: str
+    size: int
+
+
+def _clean_relative(rel: str) -> str:
+    parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise StorageError(f"path {rel!r} escapes the storage root")
+    return "/".join(parts)
+
+
+class Storage:
+    """One storage root. Build it with :meth:`from_url`."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, url: str) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/") or "/"
+        self.url = url
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        self.protocol = protocol
+        self.is_local = isinstance(fs, LocalFileSystem)
+        self.is_object_store = protocol in _OBJECT_STORES
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> "Storage":
+        """Storage rooted at ``url``; a missing backend names the package to install."""
+        if "://" not in url:
+            url = "file://" + os.path.abspath(url)
+        try:
+            fs, root = fsspec.core.url_to_fs(url, **options)
+        except ImportError as exc:
+            protocol = url.split("://", 1)[0]
+            hint = known_implementations.get(protocol, {}).get("err", "")
+            raise StorageBackendMissing(
+                f"storage URL {url} needs an fsspec backend for {protocol}://: {hint or exc}"
+            ) from None
+        except ValueError as exc:
+            raise StorageError(f"storage URL {url} is not usable: {exc}") from None
+        return cls(fs, root, url)
+
+    # -- paths -----------------------------------------------------------------------------
+
+    def path(self, rel: str = "") -> str:
+        """Full backend path of ``rel``."""
+        rel = _clean_relative(rel)
+        return posixpath.join(self.root, rel) if rel else self.root
+
+    def url_of(self, rel: str = "") -> str:
+        """A URL Spark or another process can open for ``rel``."""
+        rel = _clean_relative(rel)
+        return self.url.rstrip("/") + ("/" + rel if rel else "")
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        """Writes ``data`` so readers see the old object or the new one, never a mix.
+
+        Filesystems: temp name in the same directory, fsync, rename. Object stores: one PUT.
+        """
+        target = self.path(rel)
+        try:
+            if self.is_local:
+                self._write_local(target, data)
+            elif self.is_object_store:
+                self.fs.pipe_file(target, data)
+            else:
+                tmp = f"{target}.tmp-{uuid.uuid4().hex}"
+                self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+                self.fs.pipe_file(tmp, data)
+                self.fs.mv(tmp, target)
+        except StorageError:
+            raise
+        except OSError as exc:
+            if self.is_local:
+                raise StorageError(f"could not write {self.url_of(rel)}: {exc}") from exc
+            raise OutcomeUnknown(f"write of {self.url_of(rel)} may not have landed: {exc}") from exc
+
+    @staticmethod
+    def _write_local(target: str, data: bytes) -> None:
+        directory = os.path.dirname(target)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def write_record(self, rel: str, body: Any) -> None:
+        """Atomically writes a checksummed metadata record."""
+        self.write_atomic(rel, records.encode_record(body))
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def read_bytes(self, rel: str) -> bytes:
+        """Whole object; raises FileNotFoundError when absent."""
+        try:
+            return bytes(self.fs.cat_file(self.path(rel)))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StorageError(f"could not read {self.url_of(rel)}: {exc}") from exc
+
+    def read_record(self, rel: str) -> Any:
+        """Verified body of a record; RecordCorrupt names the path, FileNotFoundError if absent."""
+        return records.decode_record(self.read_bytes(rel), self.url_of(rel))
+
+    def exists(self, rel: str) -> bool:
+        return bool(self.fs.exists(self.path(rel)))
+
+    def list_names(self, rel: str = "") -> list[str]:
+        """Names of the direct children of ``rel`` (empty when it does not exist), sorted."""
+        base = self.path(rel)
+        try:
+            entries = self.fs.ls(base, detail=False)
+        except FileNotFoundError:
+            return []
+        own = base.rstrip("/")
+        return sorted({posixpath.basename(str(e).rstrip("/")) for e in entries
+                       if str(e).rstrip("/") != own})
+
+    def walk_files(self, rel: str = "") -> Iterator[FileEntry]:
+        """Every file below ``rel`` with its size, paths relative to the root."""
+        base = self.path(rel)
+        try:
+            found = self.fs.find(base, detail=True)
+        except FileNotFoundError:
+            return
+        prefix = self.root.rstrip("/") + "/"
+        for full, info in sorted(found.items()):
+            if info.get("type") == "directory":
+                continue
+            full = str(full)
+            relpath = full[len(prefix):] if full.startswith(prefix) else full
+            yield FileEntry(relpath, int(info.get("size") or 0))
+
+    def usage(self, rel: str = "") -> tuple[int, int]:
+        """``(files, bytes)`` below ``rel``."""
+        files = total = 0
+        for entry in self.walk_files(rel):
+            files += 1
+            total += entry.size
+        return files, total
+
+    # -- deletes ---------------------------------------------------------------------------
+
+    def delete(self, rel: str) -> bool:
+        """Removes ``rel`` and everything below it; True if something was there. Idempotent."""
+        target = self.path(rel)
+        if target == self.root:
+            raise StorageError(f"refusing to delete the storage root {self.url}")
+        try:
+            if not self.fs.exists(target):
+                return False
+            self.fs.rm(target, recursive=True)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StorageError(f"could not delete {self.url_of(rel)}: {exc}") from exc
+        self.fs.invalidate_cache(target)
+        return True
