@@ -97,6 +97,7 @@ class _ProcessState:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.context: ExecutorContext | None = None
+        self.context_task: int | None = None
         self.runtimes: dict[str, ExecutorRuntime] = {}
         self.lock = threading.Lock()
 
@@ -112,13 +113,30 @@ def _reset_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
+def _task_attempt_id() -> int | None:
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    return tc.taskAttemptId() if tc is not None else None
+
+
 def install_context(context: ExecutorContext) -> None:
-    """Makes ``context`` current in this process (cheap; called for every task command)."""
+    """Makes ``context`` current for the running task (cheap; called for every task command).
+
+    The context belongs to the task whose command carried it: a reused worker that later runs
+    a task from a session with spark-steward off does not see it.
+    """
     _state.context = context
+    _state.context_task = _task_attempt_id()
 
 
 def current_context() -> ExecutorContext | None:
-    return _state.context
+    """The executor context of the running task, or None when its job did not carry one."""
+    context = _state.context
+    if context is not None and _state.context_task is not None \
+            and _task_attempt_id() != _state.context_task:
+        return None
+    return context
 
 
 def executor_runtime() -> ExecutorRuntime:
@@ -126,7 +144,7 @@ def executor_runtime() -> ExecutorRuntime:
 
     Raises NotInTask outside a task that carries spark-steward's executor context.
     """
-    context = _state.context
+    context = current_context()
     if context is None:
         raise NotInTask(
             "spark-steward is not active in this task: the job was not submitted from a "
