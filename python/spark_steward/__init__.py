@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from spark_steward.spark.runtime import DriverRuntime
 
-__all__ = ["__version__", "attach", "detach", "runtime", "is_enabled", "bootstrap"]
+__all__ = ["__version__", "attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path"]
 
 
 def attach(spark: Any = None) -> "DriverRuntime":
@@ -60,3 +60,10 @@ def bootstrap(data: "RDD[Any] | DataFrame") -> "RDD[Any]":
     rdd = data if hasattr(data, "mapPartitions") else data.rdd  # type: ignore[union-attr]
     spark = getattr(data, "sparkSession", None)
     return _bootstrap(rdd, runtime(spark).context_broadcast)
+
+
+def jar_path() -> str:
+    """Path of the JVM shim jar, for ``spark.jars`` (what ``spark-steward jar`` prints)."""
+    from spark_steward.spark.shim import jar_path as _jar_path
+
+    return str(_jar_path())

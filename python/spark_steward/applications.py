@@ -12,7 +12,7 @@ import os
 import re
 import socket
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Callable
 
 from spark_steward.errors import RecordCorrupt, StewardError
@@ -127,7 +127,9 @@ class ApplicationRegistry:
             body = self.storage.read_record(self.record_path(app_id))
         except FileNotFoundError:
             return None
-        return ApplicationRecord(**body)
+        known = {f.name for f in fields(ApplicationRecord)}
+        # Fields a newer version added are ignored, so old CLIs still read new records.
+        return ApplicationRecord(**{k: v for k, v in body.items() if k in known})
 
     def all(self) -> list[ApplicationRecord]:
         """Every readable record; a corrupt one is logged and skipped, never guessed at."""

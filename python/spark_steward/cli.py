@@ -17,7 +17,7 @@ from spark_steward import __version__
 from spark_steward.config import ENABLED, LOCAL_DIR, STORAGE_DIR, render_markdown_table
 from spark_steward.errors import StewardError
 
-PLUGIN_CLASS = "io.sparksteward.shim.StewardPlugin"
+from spark_steward.spark.jvm import PLUGIN_CLASS
 
 
 def _jar() -> str:
@@ -77,7 +77,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from spark_steward.config import HEARTBEAT_TIMEOUT
     from spark_steward.storage import Storage
 
-    storage = Storage.from_url(args.storage)
+    storage = Storage.from_url(args.storage, **storage_options(args.option))
     timeout = HEARTBEAT_TIMEOUT.parse(args.heartbeat_timeout) if args.heartbeat_timeout \
         else HEARTBEAT_TIMEOUT.default
     registry = ApplicationRegistry(storage, heartbeat_timeout=timeout)
@@ -107,6 +107,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def storage_options(items: list[str] | None) -> dict[str, object]:
+    """``NAME=VALUE`` items of ``--option`` as fsspec keyword arguments."""
+    from spark_steward.config import STORAGE_OPTION_PREFIX, parse_storage_option
+
+    options: dict[str, object] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise StewardError(f"--option {item!r} is not NAME=VALUE (the part after "
+                               f"{STORAGE_OPTION_PREFIX})")
+        options[name] = parse_storage_option(value)
+    return options
+
+
 def cmd_version(args: argparse.Namespace) -> int:
     print(f"spark-steward {__version__}")
     return 0
@@ -130,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="applications recorded in a storage dir")
     status.add_argument("--storage", required=True, help="storage URL to inspect")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--option", action="append", metavar="NAME=VALUE",
+                        help="fsspec option for the storage, as spark.steward.storage.option.NAME")
     status.add_argument("--heartbeat-timeout", help="override spark.steward.heartbeat.timeout")
     status.set_defaults(run=cmd_status)
 

@@ -21,6 +21,7 @@ from spark_steward.errors import ConfigError
 log = logging.getLogger(__name__)
 
 PREFIX = "spark.steward."
+STORAGE_OPTION_PREFIX = "spark.steward.storage.option."
 T = TypeVar("T")
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
@@ -162,6 +163,12 @@ HEARTBEAT_TIMEOUT = _key(
     "spark.steward.heartbeat.timeout", DURATION, "2min",
     "A running application whose heartbeat is older than this is taken as crashed (on the "
     "driver's own host a vanished driver process counts as crashed at once).", minimum=0.01)
+STORAGE_OPTIONS_DOC = (
+    "`spark.steward.storage.option.<name>`", "string", "(none)",
+    "Passed to the fsspec filesystem of the storage dir as keyword `<name>`, e.g. "
+    "`spark.steward.storage.option.endpoint_url=http://127.0.0.1:9000` or `…option.anon=true` "
+    "for s3://. `true`/`false` and whole numbers are passed as such. Travels to executors only "
+    "inside the broadcast, never in local properties.")
 SHIM_JAR = _key(
     "spark.steward.shim.jar", STRING, "",
     "Path of the JVM shim jar to load when the plugin is not on the classpath. Empty means the "
@@ -175,15 +182,25 @@ class StewardConf:
     not in the middle of a job.
     """
 
-    def __init__(self, values: Mapping[str, Any]) -> None:
+    def __init__(self, values: Mapping[str, Any],
+                 storage_options: Mapping[str, Any] | None = None) -> None:
         self._values = dict(values)
+        self._storage_options = dict(storage_options or {})
 
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, str]], *, warn_unknown: bool = True
                    ) -> "StewardConf":
         values: dict[str, Any] = {}
+        options: dict[str, Any] = {}
         for name, raw in pairs:
             if not name.startswith(PREFIX):
+                continue
+            if name.startswith(STORAGE_OPTION_PREFIX):
+                option = name[len(STORAGE_OPTION_PREFIX):]
+                if not option.isidentifier():
+                    raise ConfigError(f"{name} is not valid: the part after "
+                                      f"{STORAGE_OPTION_PREFIX} must be a keyword name")
+                options[option] = parse_storage_option(raw)
                 continue
             key = KEYS.get(name)
             if key is None:
@@ -191,7 +208,7 @@ class StewardConf:
                     log.warning("%s", unknown_key_message(name))
                 continue
             values[name] = key.parse(raw)
-        return cls(values)
+        return cls(values, options)
 
     def get(self, key: ConfigKey[T]) -> T:
         if key.name in self._values:
@@ -207,9 +224,22 @@ class StewardConf:
     def local_dir(self) -> str:
         return self.get(LOCAL_DIR) or default_local_dir()
 
+    def storage_options(self) -> dict[str, Any]:
+        """fsspec keyword arguments from ``spark.steward.storage.option.*``."""
+        return dict(self._storage_options)
+
     def as_dict(self) -> dict[str, Any]:
         """Effective value of every key, defaults included."""
         return {name: self.get(key) for name, key in KEYS.items()}
+
+
+def parse_storage_option(raw: str) -> Any:
+    text = raw.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return text
 
 
 def unknown_key_message(name: str) -> str:
@@ -225,4 +255,6 @@ def render_markdown_table() -> str:
         kind = key.type.name if not key.choices else " \\| ".join(f"`{c}`" for c in key.choices)
         default = f"`{key.default_text}`" if key.default_text else "(empty)"
         lines.append(f"| `{key.name}` | {kind} | {default} | {key.doc} |")
+    name, kind, default, doc = STORAGE_OPTIONS_DOC
+    lines.append(f"| {name} | {kind} | {default} | {doc} |")
     return "\n".join(lines)

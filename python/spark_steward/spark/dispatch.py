@@ -49,21 +49,25 @@ class EventDispatcher:
     def dispatch(self, batch: EventBatch) -> None:
         with self._lock:
             handlers = list(self._handlers)
+        last = self.last_seq
         for event in batch.events:
-            if event.seq != self.last_seq + 1 and self.last_seq:
+            if event.seq != last + 1 and last:
                 # Sequence numbers count accepted events only; a gap means a lost batch.
-                self.gaps += event.seq - self.last_seq - 1
+                self.gaps += event.seq - last - 1
                 log.error("spark-steward lost %d events between seq %d and %d",
-                          event.seq - self.last_seq - 1, self.last_seq, event.seq)
+                          event.seq - last - 1, last, event.seq)
+            last = event.seq
             for name, handler in handlers:
                 try:
                     handler(event)
                 except Exception:
                     log.exception("event subscriber %s failed on %s", name, type(event).__name__)
+            self.counts[type(event).__name__] += 1
+        if batch.events:
+            # One wake-up per batch: waiters only ask "has seq N been delivered yet?".
             with self._progress:
-                self.last_seq = event.seq
-                self.delivered += 1
-                self.counts[type(event).__name__] += 1
+                self.last_seq = last
+                self.delivered += len(batch.events)
                 self._progress.notify_all()
         if batch.dropped > self.dropped:
             log.warning(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobStart:
     seq: int
     time: int
@@ -22,7 +22,7 @@ class JobStart:
     properties: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobEnd:
     seq: int
     time: int
@@ -31,7 +31,7 @@ class JobEnd:
     message: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskStart:
     seq: int
     time: int
@@ -45,7 +45,7 @@ class TaskStart:
     host: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskEnd:
     """``reason`` is ``success``, ``failed`` or ``killed``; ``message`` says why for the last two."""
 
@@ -68,7 +68,7 @@ class TaskEnd:
         return self.reason == "success"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExecutorAdded:
     seq: int
     time: int
@@ -77,7 +77,7 @@ class ExecutorAdded:
     cores: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExecutorRemoved:
     seq: int
     time: int
@@ -85,7 +85,7 @@ class ExecutorRemoved:
     message: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ApplicationEnd:
     seq: int
     time: int
@@ -95,7 +95,7 @@ SparkEvent = Union[JobStart, JobEnd, TaskStart, TaskEnd, ExecutorAdded, Executor
                    ApplicationEnd]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EventBatch:
     """Events of one drain call plus the shim's counters at that moment."""
 

@@ -15,10 +15,15 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
 from spark_steward.errors import NotInTask
+
+if TYPE_CHECKING:
+    from spark_steward.config import StewardConf
+    from spark_steward.storage import Storage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,6 +74,20 @@ class ExecutorRuntime:
         self._task_end_hooks: list[TaskHook] = []
         self.tasks_entered = 0
         self.tasks_exited = 0
+
+    @cached_property
+    def conf(self) -> "StewardConf":
+        """The application's spark.steward.* settings, typed (validated on the driver)."""
+        from spark_steward.config import StewardConf
+
+        return StewardConf.from_pairs(self.context.conf.items(), warn_unknown=False)
+
+    @cached_property
+    def storage(self) -> "Storage":
+        """The application's storage dir, opened on first use in this process."""
+        from spark_steward.storage import Storage
+
+        return Storage.from_url(self.context.storage_url, **self.conf.storage_options())
 
     def component(self, name: str, factory: Callable[["ExecutorRuntime"], T]) -> T:
         """The process-wide component ``name``, built by ``factory`` on first use."""

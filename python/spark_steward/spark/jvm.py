@@ -61,6 +61,9 @@ class SparkJvm:
     def has_plugin_api(self) -> bool:
         return self._find_class("org.apache.spark.api.plugin.SparkPlugin") is not None
 
+    def shim_on_classpath(self) -> bool:
+        return self._find_class(BRIDGE_CLASS) is not None
+
     def driver_host(self) -> str:
         return str(self.sc.getConf().get("spark.driver.host", "127.0.0.1"))
 

@@ -42,13 +42,18 @@ class EventPump:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self._drain_once(self.poll_millis)
+                got = self._drain_once(self.poll_millis)
             except Exception as exc:  # py4j errors once the JVM is gone
                 if self._stop.is_set():
                     return
                 self.jvm_lost = True
                 log.error("spark-steward stopped receiving Spark events: %s", exc)
                 return
+            if 0 < got < self.batch_size:
+                # Let events accumulate: a few large batches cost far less CPU (on a busy
+                # driver) than a py4j round trip per handful of events. Latency stays within
+                # one poll interval; a full batch is drained again at once.
+                self._stop.wait(self.poll_millis / 1000)
 
     def flush(self, timeout: float) -> bool:
         """Returns once every event Spark posted so far was dispatched; False on timeout."""

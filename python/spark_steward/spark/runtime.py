@@ -24,7 +24,7 @@ from spark_steward.spark import bootstrap, session
 from spark_steward.spark.dispatch import EventDispatcher
 from spark_steward.spark.executor import ExecutorContext
 from spark_steward.spark.heartbeat import ApplicationHeartbeat
-from spark_steward.spark.jvm import EventBridgeHandle, SparkJvm
+from spark_steward.spark.jvm import PLUGIN_CLASS, EventBridgeHandle, SparkJvm
 from spark_steward.spark.pump import EventPump
 from spark_steward.spark.services import RuntimeService, service_factories
 from spark_steward.spark.shim import jar_path
@@ -57,17 +57,16 @@ class DriverRuntime:
         # Explicit attach means "on" unless the context's conf says otherwise.
         self.enabled_by_default = conf.get(ENABLED) if conf.is_set(ENABLED) else explicit
         self.heartbeat_interval = conf.get(HEARTBEAT_INTERVAL)
-        self.storage = Storage.from_url(conf.storage_dir())
+        self.storage = Storage.from_url(conf.storage_dir(), **conf.storage_options())
         self.registry = ApplicationRegistry(self.storage,
                                             heartbeat_timeout=conf.get(HEARTBEAT_TIMEOUT))
         self.dispatcher = EventDispatcher()
         self.bridge: EventBridgeHandle = self.jvm.event_bridge(
-            str(jar_path(conf.get(SHIM_JAR))) if not self._shim_on_classpath() else None)
+            None if self.jvm.shim_on_classpath() else str(jar_path(conf.get(SHIM_JAR))))
         if not self.bridge.from_plugin:
             log.warning(
                 "spark-steward attached without its Spark plugin: events before this point were "
-                "not seen. Add --conf spark.plugins=%s for complete event delivery",
-                "io.sparksteward.shim.StewardPlugin")
+                "not seen. Add --conf spark.plugins=%s for complete event delivery", PLUGIN_CLASS)
         self.pump = EventPump(self.bridge, self.dispatcher,
                               batch_size=conf.get(EVENTS_BATCH_SIZE),
                               poll_millis=max(1, int(conf.get(EVENTS_POLL_INTERVAL) * 1000)))
@@ -84,11 +83,6 @@ class DriverRuntime:
         self.services += [factory() for _, factory in service_factories()]
         self._stopped = False
         self._lock = threading.Lock()
-
-    def _shim_on_classpath(self) -> bool:
-        from spark_steward.spark.jvm import BRIDGE_CLASS
-
-        return self.jvm._find_class(BRIDGE_CLASS) is not None
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -12,9 +12,6 @@ from spark_steward.spark import shim_build
 
 log = logging.getLogger(__name__)
 
-PLUGIN_CLASS = "io.sparksteward.shim.StewardPlugin"
-
-
 def packaged_jar() -> Path:
     return Path(__file__).resolve().parent.parent / "jars" / shim_build.JAR_NAME
 

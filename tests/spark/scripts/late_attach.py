@@ -1,0 +1,47 @@
+"""Starts Spark with or without the plugin, runs a job, attaches afterwards, runs another job.
+
+usage: late_attach.py OUT_FILE with-plugin|without-plugin
+Run with SPARK_STEWARD_AUTOLOAD=0 so nothing attaches until attach() is called.
+"""
+
+import json
+import sys
+
+from pyspark.sql import SparkSession
+
+import spark_steward
+from spark_steward.spark.events import JobStart, TaskEnd
+from spark_steward.spark.services import RuntimeService, register_service
+
+
+class Recorder(RuntimeService):
+    name = "recorder"
+    events = []
+
+    def start(self, runtime):
+        runtime.dispatcher.subscribe(Recorder.events.append)
+
+
+if __name__ == "__main__":
+    out, mode = sys.argv[1], sys.argv[2]
+    register_service(Recorder.name, Recorder)
+    builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+    if mode == "with-plugin":
+        builder = (builder.config("spark.plugins", "io.sparksteward.shim.StewardPlugin")
+                   .config("spark.jars", spark_steward.jar_path())
+                   .config("spark.steward.enabled", "true"))
+    spark = builder.getOrCreate()
+    sc = spark.sparkContext
+    sc.setJobGroup("before-attach", "before")
+    sc.parallelize(range(4), 4).count()
+    runtime = spark_steward.attach(spark)
+    sc.setJobGroup("after-attach", "after")
+    sc.parallelize(range(3), 3).count()
+    assert runtime.flush_events(60)
+    groups = [e.job_group for e in Recorder.events if isinstance(e, JobStart)]
+    task_ends = sum(1 for e in Recorder.events if isinstance(e, TaskEnd))
+    result = {"groups": groups, "task_ends": task_ends, "from_plugin": runtime.bridge.from_plugin,
+              "enabled": spark_steward.is_enabled(spark)}
+    spark.stop()
+    with open(out, "w") as f:
+        json.dump(result, f)

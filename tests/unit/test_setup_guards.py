@@ -1,0 +1,44 @@
+"""Clear messages for environments spark-steward cannot run in."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from spark_steward.errors import NotAttached, SetupError
+from spark_steward.spark import session
+from spark_steward.spark.jvm import SparkJvm
+
+
+def _connect_like_session() -> object:
+    module = types.ModuleType("pyspark.sql.connect.session")
+    cls = type("SparkSession", (), {"__module__": module.__name__})
+    return cls()
+
+
+def test_spark_connect_session_is_refused_with_what_to_do() -> None:
+    with pytest.raises(SetupError) as info:
+        session.context_of(_connect_like_session())
+    assert "Spark Connect" in str(info.value) and "spark-submit" in str(info.value)
+
+
+def test_attach_refuses_spark_connect() -> None:
+    import spark_steward
+
+    with pytest.raises(SetupError, match="Spark Connect"):
+        spark_steward.attach(_connect_like_session())
+
+
+def test_a_stopped_context_has_no_jvm() -> None:
+    stopped = types.SimpleNamespace(_jsc=None, _jvm=None)
+    with pytest.raises(SetupError, match="no JVM"):
+        SparkJvm(stopped)  # type: ignore[arg-type]
+
+
+def test_runtime_without_attach_says_how_to_enable() -> None:
+    import spark_steward
+
+    with pytest.raises(NotAttached, match="spark.steward.enabled=true"):
+        spark_steward.runtime()
+    assert not spark_steward.is_enabled()
