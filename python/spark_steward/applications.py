@@ -28,7 +28,7 @@ _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 def validate_app_id(app_id: str) -> str:
     """Application ids become path segments: reject anything that could escape them."""
-    if not _APP_ID.match(app_id or ""):
+    if not isinstance(app_id, str) or not _APP_ID.fullmatch(app_id):
         raise StewardError(f"application id {app_id!r} is not a safe path segment")
     return app_id
 
@@ -67,6 +67,8 @@ def process_start_ticks(pid: int) -> int | None:
 
 def process_alive(pid: int, start_ticks: int | None) -> bool:
     """True when ``pid`` runs and, where known, is the same process (not a reused pid)."""
+    if pid <= 0:  # 0 and negatives address process groups, not one process
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -127,6 +129,9 @@ class ApplicationRegistry:
             body = self.storage.read_record(self.record_path(app_id))
         except FileNotFoundError:
             return None
+        if not isinstance(body, dict) or body.get("app_id") != app_id:
+            raise RecordCorrupt(f"{self.storage.url_of(self.record_path(app_id))} is not the "
+                                f"application record of {app_id}")
         known = {f.name for f in fields(ApplicationRecord)}
         # Fields a newer version added are ignored, so old CLIs still read new records.
         return ApplicationRecord(**{k: v for k, v in body.items() if k in known})

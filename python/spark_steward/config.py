@@ -243,8 +243,11 @@ def parse_storage_option(raw: str) -> Any:
 
 
 def unknown_key_message(name: str) -> str:
-    close = difflib.get_close_matches(name, list(KEYS), n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]}?" if close else "; known keys: spark-steward conf --markdown"
+    # Compare what follows the shared prefix, or every key looks close to every other.
+    suffixes = {key[len(PREFIX):]: key for key in KEYS}
+    close = difflib.get_close_matches(name[len(PREFIX):], list(suffixes), n=1, cutoff=0.75)
+    hint = (f"; did you mean {suffixes[close[0]]}?" if close
+            else "; known keys: spark-steward conf --markdown")
     return f"unknown spark-steward key {name}{hint}"
 
 

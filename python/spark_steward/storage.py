@@ -162,6 +162,8 @@ class Storage:
             entries = self.fs.ls(base, detail=False)
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise StorageError(f"could not list {self.url_of(rel)}: {exc}") from exc
         own = base.rstrip("/")
         return sorted({posixpath.basename(str(e).rstrip("/")) for e in entries
                        if str(e).rstrip("/") != own})
@@ -173,6 +175,8 @@ class Storage:
             found = self.fs.find(base, detail=True)
         except FileNotFoundError:
             return
+        except OSError as exc:
+            raise StorageError(f"could not list {self.url_of(rel)}: {exc}") from exc
         prefix = self.root.rstrip("/") + "/"
         for full, info in sorted(found.items()):
             if info.get("type") == "directory":

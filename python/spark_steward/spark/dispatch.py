@@ -51,6 +51,10 @@ class EventDispatcher:
             handlers = list(self._handlers)
         last = self.last_seq
         for event in batch.events:
+            if event.seq <= last:
+                log.error("spark-steward skipped event seq %d: already delivered up to %d",
+                          event.seq, last)
+                continue
             if event.seq != last + 1 and last:
                 # Sequence numbers count accepted events only; a gap means a lost batch.
                 self.gaps += event.seq - last - 1
@@ -63,11 +67,11 @@ class EventDispatcher:
                 except Exception:
                     log.exception("event subscriber %s failed on %s", name, type(event).__name__)
             self.counts[type(event).__name__] += 1
-        if batch.events:
+        if last != self.last_seq:
             # One wake-up per batch: waiters only ask "has seq N been delivered yet?".
             with self._progress:
                 self.last_seq = last
-                self.delivered += len(batch.events)
+                self.delivered = sum(self.counts.values())
                 self._progress.notify_all()
         if batch.dropped > self.dropped:
             log.warning(

@@ -1,7 +1,8 @@
 """Typed records of the Spark events the JVM shim forwards, and the decoder for its batches.
 
-A batch is one JSON string ``{"dropped", "accepted", "stopped", "events": [...]}``; each event
-carries a ``seq`` assigned by the shim in acceptance order, so gaps are visible.
+A batch is one JSON string ``{"dropped", "accepted", "stopped", "events": [...]}``; each event is
+a positional array ``[seq, type, time, fields...]`` whose ``seq`` the shim assigns in acceptance
+order, so gaps are visible.
 """
 
 from __future__ import annotations
@@ -105,26 +106,35 @@ class EventBatch:
     stopped: bool
 
 
-def _job_start(e: dict[str, Any]) -> JobStart:
-    return JobStart(e["seq"], e["time"], e["job_id"], tuple(e["stage_ids"]), e.get("job_group"),
-                    e.get("job_tags"), dict(e.get("properties") or {}))
+# Each event arrives as [seq, type, time, fields...]; the field order per type is fixed by the
+# shim's StewardListener and mirrored here.
+
+def _job_start(r: list[Any]) -> JobStart:
+    return JobStart(r[0], r[2], r[3], tuple(r[4]), r[5], r[6], dict(r[7] or {}))
 
 
-def _job_end(e: dict[str, Any]) -> JobEnd:
-    return JobEnd(e["seq"], e["time"], e["job_id"], e["result"] == "succeeded", e.get("message"))
+def _job_end(r: list[Any]) -> JobEnd:
+    return JobEnd(r[0], r[2], r[3], r[4] == "succeeded", r[5])
 
 
-_TASK_FIELDS = ("seq", "time", "task_id", "stage_id", "stage_attempt", "partition", "index",
-                "attempt", "executor_id", "host")
+def _task_start(r: list[Any]) -> TaskStart:
+    return TaskStart(r[0], r[2], *r[3:11])
 
 
-def _task_start(e: dict[str, Any]) -> TaskStart:
-    return TaskStart(*(e[k] for k in _TASK_FIELDS))
+def _task_end(r: list[Any]) -> TaskEnd:
+    return TaskEnd(r[0], r[2], *r[3:13], r[13] or "")
 
 
-def _task_end(e: dict[str, Any]) -> TaskEnd:
-    return TaskEnd(*(e[k] for k in _TASK_FIELDS), e["reason"], e.get("message"),
-                   e.get("task_type") or "")
+def _executor_added(r: list[Any]) -> ExecutorAdded:
+    return ExecutorAdded(r[0], r[2], r[3], r[4], r[5])
+
+
+def _executor_removed(r: list[Any]) -> ExecutorRemoved:
+    return ExecutorRemoved(r[0], r[2], r[3], r[4])
+
+
+def _application_end(r: list[Any]) -> ApplicationEnd:
+    return ApplicationEnd(r[0], r[2])
 
 
 _DECODERS = {
@@ -132,11 +142,9 @@ _DECODERS = {
     "job_end": _job_end,
     "task_start": _task_start,
     "task_end": _task_end,
-    "executor_added": lambda e: ExecutorAdded(e["seq"], e["time"], e["executor_id"], e["host"],
-                                              e["cores"]),
-    "executor_removed": lambda e: ExecutorRemoved(e["seq"], e["time"], e["executor_id"],
-                                                  e.get("message")),
-    "application_end": lambda e: ApplicationEnd(e["seq"], e["time"]),
+    "executor_added": _executor_added,
+    "executor_removed": _executor_removed,
+    "application_end": _application_end,
 }
 
 
@@ -149,14 +157,14 @@ def decode_batch(payload: str) -> EventBatch:
     try:
         raw = json.loads(payload)
         events = []
-        for e in raw["events"]:
-            decoder = _DECODERS.get(e.get("type"))
+        for row in raw["events"]:
+            decoder = _DECODERS.get(row[1])
             if decoder is None:
-                raise EventDecodeError(f"unknown event type {e.get('type')!r} from the JVM shim")
-            events.append(decoder(e))
+                raise EventDecodeError(f"unknown event type {row[1]!r} from the JVM shim")
+            events.append(decoder(row))
         return EventBatch(tuple(events), int(raw["dropped"]), int(raw["accepted"]),
                           bool(raw["stopped"]))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
         if isinstance(exc, EventDecodeError):
             raise
         raise EventDecodeError(f"unreadable event batch from the JVM shim: {exc}") from None

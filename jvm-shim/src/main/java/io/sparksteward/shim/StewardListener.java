@@ -19,7 +19,11 @@ import org.apache.spark.scheduler.TaskInfo;
 
 /**
  * Turns the listener events spark-steward needs into encoded records and hands them to the
- * buffer. Runs on Spark's listener thread, so it only encodes and offers: no IO, no locks held
+ * buffer. Field order per type (after seq, type, time) must match Python's decoders:
+ * job_start [job_id, stage_ids, job_group, job_tags, properties]; job_end [job_id, result,
+ * message]; task_start [task_id, stage_id, stage_attempt, partition, index, attempt, executor_id,
+ * host]; task_end [the same, reason, message, task_type]; executor_added [executor_id, host,
+ * cores]; executor_removed [executor_id, message]; application_end []. Runs on Spark's listener thread, so it only encodes and offers: no IO, no locks held
  * across calls, no calls into Python.
  */
 final class StewardListener extends SparkListener {
@@ -54,11 +58,11 @@ final class StewardListener extends SparkListener {
       stages.add((Integer) id);
     }
     buffer.offer(EventEncoder.event("job_start", e.time())
-        .num("job_id", e.jobId())
-        .nums("stage_ids", stages)
-        .str("job_group", group)
-        .str("job_tags", tags)
-        .map("properties", steward));
+        .num(e.jobId())
+        .nums(stages)
+        .str(group)
+        .str(tags)
+        .map(steward));
   }
 
   @Override
@@ -66,9 +70,9 @@ final class StewardListener extends SparkListener {
     JobResult result = e.jobResult();
     boolean ok = result.getClass().getSimpleName().startsWith("JobSucceeded");
     buffer.offer(EventEncoder.event("job_end", e.time())
-        .num("job_id", e.jobId())
-        .str("result", ok ? "succeeded" : "failed")
-        .str("message", ok ? null : failureMessage(result)));
+        .num(e.jobId())
+        .str(ok ? "succeeded" : "failed")
+        .str(ok ? null : failureMessage(result)));
   }
 
   @Override
@@ -94,24 +98,24 @@ final class StewardListener extends SparkListener {
     }
     long end = info.finishTime() > 0 ? info.finishTime() : System.currentTimeMillis();
     buffer.offer(task("task_end", end, e.stageId(), e.stageAttemptId(), info)
-        .str("reason", outcome)
-        .str("message", message)
-        .str("task_type", e.taskType()));
+        .str(outcome)
+        .str(message)
+        .str(e.taskType()));
   }
 
   @Override
   public void onExecutorAdded(SparkListenerExecutorAdded e) {
     buffer.offer(EventEncoder.event("executor_added", e.time())
-        .str("executor_id", e.executorId())
-        .str("host", e.executorInfo().executorHost())
-        .num("cores", e.executorInfo().totalCores()));
+        .str(e.executorId())
+        .str(e.executorInfo().executorHost())
+        .num(e.executorInfo().totalCores()));
   }
 
   @Override
   public void onExecutorRemoved(SparkListenerExecutorRemoved e) {
     buffer.offer(EventEncoder.event("executor_removed", e.time())
-        .str("executor_id", e.executorId())
-        .str("message", e.reason()));
+        .str(e.executorId())
+        .str(e.reason()));
   }
 
   @Override
@@ -122,14 +126,14 @@ final class StewardListener extends SparkListener {
   private static EventEncoder.Builder task(
       String type, long time, int stageId, int stageAttempt, TaskInfo info) {
     return EventEncoder.event(type, time)
-        .num("task_id", info.taskId())
-        .num("stage_id", stageId)
-        .num("stage_attempt", stageAttempt)
-        .num("partition", info.partitionId())
-        .num("index", info.index())
-        .num("attempt", info.attemptNumber())
-        .str("executor_id", info.executorId())
-        .str("host", info.host());
+        .num(info.taskId())
+        .num(stageId)
+        .num(stageAttempt)
+        .num(info.partitionId())
+        .num(info.index())
+        .num(info.attemptNumber())
+        .str(info.executorId())
+        .str(info.host());
   }
 
   /** JobFailed is private to Spark; read its exception reflectively and fall back to toString. */

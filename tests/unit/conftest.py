@@ -1,0 +1,77 @@
+"""Fixtures shared by the unit tests: fresh storage roots and a hand-driven clock."""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
+
+from spark_steward.storage import Storage
+
+# Hypothesis keeps nothing in the checkout: no example database, caches in a temp dir.
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="spark-steward-hypothesis-")
+atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, True)
+set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+settings.register_profile("spark-steward-unit", database=None, deadline=None)
+settings.load_profile("spark-steward-unit")
+
+
+class FakeClock:
+    """A clock the test moves by hand; pass the instance wherever a ``time.time`` goes."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def memory_storage() -> Iterator[Storage]:
+    """A memory:// root no other test uses; removed afterwards (the memory fs is process-wide)."""
+    storage = Storage.from_url(f"memory://t-{uuid.uuid4().hex}")
+    yield storage
+    if storage.fs.exists(storage.root):
+        storage.fs.rm(storage.root, recursive=True)
+
+
+@pytest.fixture
+def local_storage(tmp_path: Path) -> Storage:
+    return Storage.from_url(str(tmp_path / "root"))
+
+
+@pytest.fixture(params=["memory", "local"])
+def storage(request: pytest.FixtureRequest) -> Storage:
+    """The same test against memory:// and a local directory."""
+    return request.getfixturevalue(f"{request.param}_storage")  # type: ignore[no-any-return]
+
+
+# When a property fails, hypothesis's pytest plugin imports libcst to suggest a patch, and that
+# import trips a DeprecationWarning inside mypy_extensions. Under filterwarnings=error the
+# warning would turn one failing property into an INTERNALERROR that ends the whole run, hiding
+# the real failure; ignore just that warning for hypothesis tests.
+_LIBCST_IMPORT_WARNING = pytest.mark.filterwarnings(
+    "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents and getattr(getattr(item, "obj", None),
+                                                 "is_hypothesis_test", False):
+            item.add_marker(_LIBCST_IMPORT_WARNING)

@@ -1,0 +1,261 @@
+"""applications.py: records over memory:// storage with a fake clock, host and process probe."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from dataclasses import asdict, replace
+
+import pytest
+
+from spark_steward.applications import (
+    ApplicationRecord,
+    ApplicationRegistry,
+    process_alive,
+    process_start_ticks,
+    validate_app_id,
+)
+from spark_steward.errors import StewardError
+from spark_steward.lifecycle.liveness import Liveness
+from spark_steward.storage import Storage
+from tests.unit.conftest import FakeClock
+
+TIMEOUT = 60.0
+HOST = "driver-host"
+
+
+class Probe:
+    def __init__(self) -> None:
+        self.alive = True
+
+    def __call__(self, pid: int, pid_start: int | None) -> bool:
+        return self.alive
+
+
+@pytest.fixture
+def probe() -> Probe:
+    return Probe()
+
+
+@pytest.fixture
+def registry(memory_storage: Storage, clock: FakeClock, probe: Probe) -> ApplicationRegistry:
+    return ApplicationRegistry(memory_storage, heartbeat_timeout=TIMEOUT, clock=clock,
+                               this_host=HOST, probe=probe)
+
+
+def _other_host(registry: ApplicationRegistry, clock: FakeClock) -> ApplicationRegistry:
+    return ApplicationRegistry(registry.storage, heartbeat_timeout=TIMEOUT, clock=clock,
+                               this_host="somewhere-else", probe=registry.probe)
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+def test_new_record_describes_this_process(registry: ApplicationRegistry, clock: FakeClock
+                                           ) -> None:
+    record = registry.new_record("app-1", "etl", spark_version="4.0.0", steward_version="0.1.0")
+    assert record.app_id == "app-1" and record.app_name == "etl"
+    assert record.host == HOST and record.pid == os.getpid()
+    assert record.pid_start == process_start_ticks(os.getpid())
+    assert record.started_at == record.heartbeat_at == clock.now
+    assert record.finished_at is None and not record.finished
+    assert record.spark_version == "4.0.0" and record.steward_version == "0.1.0"
+    assert record.driver.host == HOST and record.driver.pid == os.getpid()
+
+
+def test_write_read_heartbeat_finish_round_trip(registry: ApplicationRegistry,
+                                                clock: FakeClock) -> None:
+    record = registry.new_record("app-1", "etl")
+    registry.write(record)
+    assert registry.read("app-1") == record
+    assert registry.storage.read_record("applications/app-1.json") == asdict(record)
+
+    clock.advance(10)
+    beat = registry.heartbeat(record)
+    assert beat.heartbeat_at == clock.now and beat.started_at == record.started_at
+    assert registry.read("app-1") == beat
+
+    clock.advance(5)
+    done = registry.finish(beat)
+    assert done.finished and done.finished_at == done.heartbeat_at == clock.now
+    assert registry.read("app-1") == done
+    assert registry.all() == [done]
+
+
+def test_read_missing_is_none(registry: ApplicationRegistry) -> None:
+    assert registry.read("never-written") is None
+    assert registry.all() == []
+
+
+def test_read_ignores_fields_from_a_newer_version(registry: ApplicationRegistry) -> None:
+    record = registry.new_record("app-new", "n")
+    registry.storage.write_record("applications/app-new.json",
+                                  {**asdict(record), "added_in_v2": {"x": 1}})
+    assert registry.read("app-new") == record
+
+
+def test_all_skips_a_corrupt_record_with_a_warning(registry: ApplicationRegistry,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    a = registry.new_record("app-a", "a")
+    b = registry.new_record("app-b", "b")
+    registry.write(a)
+    registry.write(b)
+    registry.storage.write_atomic("applications/x.json", b"\x00garbage{")
+    registry.storage.write_atomic("applications/notes.txt", b"not a record, not .json")
+    with caplog.at_level(logging.WARNING, logger="spark_steward.applications"):
+        found = registry.all()
+    assert sorted(found, key=lambda r: r.app_id) == [a, b]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "x.json" in warnings[0] and "not readable" in warnings[0]
+
+
+def test_all_skips_a_record_missing_fields(registry: ApplicationRegistry,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    good = registry.new_record("good", "g")
+    registry.write(good)
+    registry.storage.write_record("applications/partial.json", {"app_id": "partial"})
+    with caplog.at_level(logging.WARNING, logger="spark_steward.applications"):
+        assert registry.all() == [good]
+    assert "partial.json" in caplog.text
+
+
+def test_all_skips_a_record_with_an_unsafe_name(registry: ApplicationRegistry,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    good = registry.new_record("good", "g")
+    registry.write(good)
+    registry.storage.write_record("applications/bad name.json", asdict(good))
+    with caplog.at_level(logging.WARNING, logger="spark_steward.applications"):
+        assert registry.all() == [good]
+    assert "bad name.json" in caplog.text
+
+
+@pytest.mark.parametrize("body", [[1, 2], None])
+def test_all_skips_a_verified_record_whose_body_is_not_an_object(
+        registry: ApplicationRegistry, caplog: pytest.LogCaptureFixture, body: object) -> None:
+    good = registry.new_record("good", "g")
+    registry.write(good)
+    registry.storage.write_record("applications/odd.json", body)
+    with caplog.at_level(logging.WARNING, logger="spark_steward.applications"):
+        assert registry.all() == [good]
+    assert "odd.json" in caplog.text
+
+
+# -- liveness over time -------------------------------------------------------------------------
+
+
+def test_liveness_follows_the_clock(registry: ApplicationRegistry, clock: FakeClock) -> None:
+    record = registry.new_record("app-1", "n")
+    registry.write(record)
+    elsewhere = _other_host(registry, clock)
+    stored = elsewhere.read("app-1")
+    assert stored is not None
+    assert elsewhere.liveness(stored) is Liveness.LIVE
+
+    clock.advance(TIMEOUT)
+    assert elsewhere.liveness(stored) is Liveness.LIVE
+    clock.advance(0.5)
+    assert elsewhere.liveness(stored) is Liveness.CRASHED
+
+    beat = registry.heartbeat(record)
+    stored = elsewhere.read("app-1")
+    assert stored == beat and elsewhere.liveness(stored) is Liveness.LIVE
+
+    done = registry.finish(beat)
+    clock.advance(TIMEOUT * 100)
+    stored = elsewhere.read("app-1")
+    assert stored == done and elsewhere.liveness(stored) is Liveness.FINISHED
+
+
+def test_dead_driver_on_this_host_is_crashed_at_once(registry: ApplicationRegistry,
+                                                     probe: Probe) -> None:
+    record = registry.new_record("app-1", "n")
+    registry.write(record)
+    assert registry.liveness(record) is Liveness.LIVE
+    probe.alive = False
+    assert registry.liveness(record) is Liveness.CRASHED
+    # Another host cannot see the process and goes by the (fresh) heartbeat.
+    assert _other_host(registry, registry.clock).liveness(record) is Liveness.LIVE  # type: ignore
+    assert registry.liveness(registry.finish(record)) is Liveness.FINISHED
+
+
+# -- ids and owned folders --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("app_id", ["app-20240101123456-0001", "local-1700000000000",
+                                    "application_1700000000000_0001", "a", "A.b_c-1"])
+def test_valid_app_ids(app_id: str) -> None:
+    assert validate_app_id(app_id) == app_id
+    assert ApplicationRegistry.record_path(app_id) == f"applications/{app_id}.json"
+    assert ApplicationRegistry.owned_path(app_id) == f"apps/{app_id}"
+
+
+@pytest.mark.parametrize("app_id", ["../x", "a/b", "", "..", ".hidden", "a\\b", "a b", "-x",
+                                    "x" * 202, "a\x00b", "abc\n", "\nabc"])
+def test_unsafe_app_ids_are_rejected(app_id: str) -> None:
+    with pytest.raises(StewardError) as info:
+        validate_app_id(app_id)
+    assert repr(app_id) in str(info.value)
+
+
+def test_registry_refuses_unsafe_ids(registry: ApplicationRegistry) -> None:
+    with pytest.raises(StewardError):
+        registry.new_record("../escape", "n")
+    with pytest.raises(StewardError):
+        registry.read("a/b")
+    with pytest.raises(StewardError):
+        registry.owned_usage("../..")
+    record = replace(registry.new_record("ok", "n"), app_id="../escape")
+    with pytest.raises(StewardError):
+        registry.write(record)
+    assert registry.storage.list_names() == []
+
+
+def test_owned_usage_per_folder(registry: ApplicationRegistry) -> None:
+    storage = registry.storage
+    storage.write_atomic("apps/app-1/shuffle/a", b"x" * 3)
+    storage.write_atomic("apps/app-1/shuffle/sub/b", b"x" * 4)
+    storage.write_atomic("apps/app-1/cache/c", b"x" * 5)
+    storage.write_atomic("apps/app-2/cache/d", b"x" * 100)
+    storage.write_atomic("apps/app-10/cache/e", b"x" * 1000)
+    assert registry.owned_usage("app-1") == {"cache": (1, 5), "shuffle": (2, 7)}
+    assert registry.owned_usage("app-2") == {"cache": (1, 100)}
+    assert registry.owned_usage("app-3") == {}
+
+
+# -- the real process probe ------------------------------------------------------------------------
+
+
+def test_this_process_is_alive() -> None:
+    pid = os.getpid()
+    ticks = process_start_ticks(pid)
+    assert ticks is not None and ticks > 0
+    assert process_alive(pid, ticks) is True
+    assert process_alive(pid, None) is True
+
+
+def test_reused_pid_is_detected_by_its_start_ticks() -> None:
+    pid = os.getpid()
+    ticks = process_start_ticks(pid)
+    assert ticks is not None
+    assert process_alive(pid, ticks + 1) is False
+
+
+def test_exited_process_is_not_alive() -> None:
+    child = subprocess.Popen(["true"])
+    ticks = process_start_ticks(child.pid)
+    assert child.wait(timeout=10) == 0
+    assert process_alive(child.pid, ticks) is False
+    assert process_alive(child.pid, None) is False
+    assert process_start_ticks(child.pid) is None
+
+
+def test_start_ticks_of_a_missing_pid_is_none() -> None:
+    assert process_start_ticks(2 ** 22 + 12345) is None
+
+
+def test_record_is_a_plain_dataclass() -> None:
+    record = ApplicationRecord("a", "n", "h", 1, None, 1.0, 2.0)
+    assert record.finished_at is None and not record.finished
+    assert replace(record, finished_at=3.0).finished
