@@ -6,7 +6,11 @@ alternate ``--rounds`` times and each context runs every job ``--reps`` times af
 Prints median seconds per mode, the on/off ratio, and events delivered vs expected (expected
 from Spark's own status tracker).
 
-    python bench/events.py [--rounds 2] [--reps 3] [--jvm-tasks 20000] [--python-tasks 2000]
+    python bench/events.py [--rounds 4] [--jvm-reps 4] [--python-reps 2]
+                           [--jvm-tasks 20000] [--python-tasks 2000]
+
+Each context first runs both jobs once at full size (JIT warm-up, Python workers) and the
+driver gets 4 GiB, so garbage collection of Spark's own task records does not dominate.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ def session(enabled: bool, storage: Path) -> Any:
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "4g")
                # One JVM serves every context of this process and spark.jars counts only at
                # its launch, so the jar is on the classpath in both modes; "off" configures no
                # plugin and never attaches, which is plain Spark.
@@ -106,13 +111,14 @@ def run_mode(enabled: bool, args: argparse.Namespace, storage: Path,
     spark = session(enabled, storage)
     sc = spark.sparkContext
     try:
-        python_job(spark, 50)  # warm-up: Python workers, code paths
-        jvm_job(spark, 200)
-        for _ in range(args.reps):
+        python_job(spark, min(args.python_tasks, 500))  # warm-up: Python workers, JIT
+        jvm_job(spark, args.jvm_tasks)
+        for _ in range(args.python_reps):
             times[("python", enabled)].append(timed(python_job, spark, args.python_tasks))
-            sc.setJobGroup("bench-jvm", "jvm-only job")
+        sc.setJobGroup("bench-jvm", "jvm-only job")
+        for _ in range(args.jvm_reps):
             times[("jvm", enabled)].append(timed(jvm_job, spark, args.jvm_tasks))
-            sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.jobGroup.id", None)
         if enabled:
             import spark_steward
 
@@ -137,8 +143,9 @@ def run_mode(enabled: bool, args: argparse.Namespace, storage: Path,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--jvm-reps", type=int, default=4)
+    parser.add_argument("--python-reps", type=int, default=2)
     parser.add_argument("--jvm-tasks", type=int, default=20_000)
     parser.add_argument("--python-tasks", type=int, default=2_000)
     args = parser.parse_args()
@@ -151,7 +158,8 @@ def main() -> int:
                 print(f"round {round_no + 1}/{args.rounds}: spark-steward "
                       f"{'on' if enabled else 'off'} ...", file=sys.stderr, flush=True)
                 run_mode(enabled, args, Path(tmp), times, completeness)
-    print(f"\nbench/events.py  (local[2], {args.rounds} rounds x {args.reps} reps, medians)")
+    print(f"\nbench/events.py  (local[2], {args.rounds} rounds alternating off/on; per context "
+          f"{args.python_reps} Python and {args.jvm_reps} JVM reps after warm-up; medians)")
     print(f"{'job':<34} {'off s':>8} {'on s':>8} {'on/off':>7}")
     for job, label in (("python", f"{args.python_tasks} tiny Python tasks"),
                        ("jvm", f"JVM-only, {args.jvm_tasks} tasks")):

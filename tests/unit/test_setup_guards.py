@@ -36,9 +36,11 @@ def test_a_stopped_context_has_no_jvm() -> None:
         SparkJvm(stopped)  # type: ignore[arg-type]
 
 
-def test_runtime_without_attach_says_how_to_enable() -> None:
+def test_runtime_without_attach_says_how_to_enable(monkeypatch: pytest.MonkeyPatch) -> None:
     import spark_steward
+    from spark_steward.spark import runtime as runtime_module
 
+    monkeypatch.setattr(runtime_module, "_current", None)
     with pytest.raises(NotAttached, match="spark.steward.enabled=true"):
         spark_steward.runtime()
     assert not spark_steward.is_enabled()
