@@ -57,7 +57,7 @@ def bootstrap(data: "RDD[Any] | DataFrame") -> "RDD[Any]":
     """``data`` as an RDD whose tasks start the executor runtime first (explicit bootstrap)."""
     from spark_steward.spark.bootstrap import bootstrap as _bootstrap
 
-    rdd = data if hasattr(data, "mapPartitions") else data.rdd  # type: ignore[union-attr]
+    rdd: Any = data if hasattr(data, "mapPartitions") else data.rdd  # type: ignore[union-attr]
     spark = getattr(data, "sparkSession", None)
     return _bootstrap(rdd, runtime(spark).context_broadcast)
 

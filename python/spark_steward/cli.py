@@ -11,7 +11,7 @@ import json
 import shlex
 import sys
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 from spark_steward import __version__
 from spark_steward.config import ENABLED, LOCAL_DIR, STORAGE_DIR, render_markdown_table
@@ -81,7 +81,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     timeout = HEARTBEAT_TIMEOUT.parse(args.heartbeat_timeout) if args.heartbeat_timeout \
         else HEARTBEAT_TIMEOUT.default
     registry = ApplicationRegistry(storage, heartbeat_timeout=timeout)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for record in sorted(registry.all(), key=lambda r: r.started_at):
         owned = registry.owned_usage(record.app_id)
         rows.append({

@@ -8,15 +8,21 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from spark_steward.config import StewardConf
+from spark_steward.errors import SetupError
+from spark_steward.spark.jvm import SparkJvm
+from spark_steward.spark.runtime import DriverRuntime
 
 from tests.spark.conftest import SCRIPTS
 
 pytestmark = pytest.mark.spark
 
 
-def _run(tmp_path: Path, mode: str) -> dict[str, object]:
+def _run(tmp_path: Path, mode: str) -> dict[str, Any]:
     out = tmp_path / "out.json"
     env = dict(os.environ, SPARK_STEWARD_AUTOLOAD="0", PYSPARK_PYTHON=sys.executable)
     env["PYSPARK_SUBMIT_ARGS"] = (
@@ -24,7 +30,9 @@ def _run(tmp_path: Path, mode: str) -> dict[str, object]:
     result = subprocess.run([sys.executable, str(SCRIPTS / "late_attach.py"), str(out), mode],
                             capture_output=True, text=True, timeout=240, env=env)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    return json.loads(out.read_text())  # type: ignore[no-any-return]
+    report: dict[str, Any] = json.loads(out.read_text())
+    report["log"] = result.stdout + result.stderr
+    return report
 
 
 def test_events_before_attach_are_delivered_on_attach(tmp_path: Path) -> None:
@@ -40,3 +48,22 @@ def test_attach_without_plugin_loads_the_shim_from_the_jar(tmp_path: Path) -> No
     assert result["enabled"] is True
     assert result["groups"] == ["after-attach"]
     assert result["task_ends"] == 3
+
+
+def test_a_full_buffer_drops_and_counts_never_silently(tmp_path: Path) -> None:
+    # Capacity 10 and nobody draining before attach: the first 10 events are kept, the rest of
+    # the early job is dropped and counted, and events flow normally again after attach.
+    result = _run(tmp_path, "tiny-buffer")
+    assert result["dropped"] > 0
+    assert "event buffer was full" in result["log"] and "buffer-capacity" in result["log"]
+    seqs = result["seqs"]
+    assert seqs == list(range(1, len(seqs) + 1)), "accepted events are numbered without gaps"
+    assert result["gaps"] == 0
+    assert "after-attach" in result["groups"]
+
+
+def test_spark_without_plugin_api_is_refused_clearly(spark: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SparkJvm, "has_plugin_api", lambda self: False)
+    with pytest.raises(SetupError, match="no plugin API.*Spark 3.5 or newer"):
+        DriverRuntime(spark.sparkContext, StewardConf({}), explicit=True)

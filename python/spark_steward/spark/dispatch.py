@@ -35,7 +35,7 @@ class EventDispatcher:
 
     def subscribe(self, handler: EventHandler, name: str | None = None) -> Callable[[], None]:
         """Adds ``handler``; returns a function that removes it."""
-        entry = (name or getattr(handler, "__qualname__", repr(handler)), handler)
+        entry = (str(name or getattr(handler, "__qualname__", repr(handler))), handler)
         with self._lock:
             self._handlers.append(entry)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any, Callable, Mapping, Union
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +118,12 @@ def _job_end(r: list[Any]) -> JobEnd:
 
 
 def _task_start(r: list[Any]) -> TaskStart:
-    return TaskStart(r[0], r[2], *r[3:11])
+    return TaskStart(r[0], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
 
 
 def _task_end(r: list[Any]) -> TaskEnd:
-    return TaskEnd(r[0], r[2], *r[3:13], r[13] or "")
+    return TaskEnd(r[0], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
+                   r[13] or "")
 
 
 def _executor_added(r: list[Any]) -> ExecutorAdded:
@@ -137,7 +138,7 @@ def _application_end(r: list[Any]) -> ApplicationEnd:
     return ApplicationEnd(r[0], r[2])
 
 
-_DECODERS = {
+_DECODERS: dict[str, Callable[[list[Any]], SparkEvent]] = {
     "job_start": _job_start,
     "job_end": _job_end,
     "task_start": _task_start,
@@ -156,7 +157,7 @@ def decode_batch(payload: str) -> EventBatch:
     """Parses one drain payload; unknown event types are a shim/package version mismatch."""
     try:
         raw = json.loads(payload)
-        events = []
+        events: list[SparkEvent] = []
         for row in raw["events"]:
             decoder = _DECODERS.get(row[1])
             if decoder is None:

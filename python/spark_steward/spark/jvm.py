@@ -46,12 +46,13 @@ class SparkJvm:
     """JVM access for one SparkContext."""
 
     def __init__(self, sc: "SparkContext") -> None:
-        if getattr(sc, "_jsc", None) is None or getattr(sc, "_jvm", None) is None:
+        if (getattr(sc, "_jsc", None) is None or getattr(sc, "_jvm", None) is None
+                or getattr(sc, "_gateway", None) is None):
             raise SetupError("the SparkContext has no JVM (stopped, or a Spark Connect client); "
                              "spark-steward needs a classic SparkContext")
         self.sc = sc
-        self._jvm = sc._jvm
-        self._gateway = sc._gateway
+        self._jvm: Any = sc._jvm
+        self._gateway: Any = sc._gateway
 
     # -- facts -----------------------------------------------------------------------------
 

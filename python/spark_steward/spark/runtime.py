@@ -50,8 +50,8 @@ class DriverRuntime:
             raise SetupError(
                 f"this Spark ({sc.version}) has no plugin API (org.apache.spark.api.plugin); "
                 "spark-steward needs Spark 3.5 or newer")
-        self.app_id: str = sc.applicationId
-        self.app_name: str = sc.appName
+        self.app_id = str(sc.applicationId)
+        self.app_name = str(sc.appName)
         self.spark_version: str = sc.version
         self.steward_version = __version__
         # Explicit attach means "on" unless the context's conf says otherwise.

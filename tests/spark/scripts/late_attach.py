@@ -1,6 +1,6 @@
 """Starts Spark with or without the plugin, runs a job, attaches afterwards, runs another job.
 
-usage: late_attach.py OUT_FILE with-plugin|without-plugin
+usage: late_attach.py OUT_FILE with-plugin|without-plugin|tiny-buffer
 Run with SPARK_STEWARD_AUTOLOAD=0 so nothing attaches until attach() is called.
 """
 
@@ -26,14 +26,17 @@ if __name__ == "__main__":
     out, mode = sys.argv[1], sys.argv[2]
     register_service(Recorder.name, Recorder)
     builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-    if mode == "with-plugin":
+    if mode in ("with-plugin", "tiny-buffer"):
         builder = (builder.config("spark.plugins", "io.sparksteward.shim.StewardPlugin")
                    .config("spark.jars", spark_steward.jar_path())
                    .config("spark.steward.enabled", "true"))
+    if mode == "tiny-buffer":
+        builder = builder.config("spark.steward.events.buffer-capacity", "10")
     spark = builder.getOrCreate()
     sc = spark.sparkContext
     sc.setJobGroup("before-attach", "before")
-    sc.parallelize(range(4), 4).count()
+    before_tasks = 20 if mode == "tiny-buffer" else 4  # 20 tasks: ~42 events > capacity 10
+    sc.parallelize(range(before_tasks), before_tasks).count()
     runtime = spark_steward.attach(spark)
     sc.setJobGroup("after-attach", "after")
     sc.parallelize(range(3), 3).count()
@@ -41,7 +44,8 @@ if __name__ == "__main__":
     groups = [e.job_group for e in Recorder.events if isinstance(e, JobStart)]
     task_ends = sum(1 for e in Recorder.events if isinstance(e, TaskEnd))
     result = {"groups": groups, "task_ends": task_ends, "from_plugin": runtime.bridge.from_plugin,
-              "enabled": spark_steward.is_enabled(spark)}
+              "enabled": spark_steward.is_enabled(spark), "dropped": runtime.dispatcher.dropped,
+              "gaps": runtime.dispatcher.gaps, "seqs": [e.seq for e in Recorder.events]}
     spark.stop()
     with open(out, "w") as f:
         json.dump(result, f)
