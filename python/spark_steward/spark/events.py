@@ -33,7 +33,9 @@ class JobEnd:
 
 
 @dataclass(frozen=True, slots=True)
-class TaskStart:
+class _TaskEvent:
+    """Identity of one task attempt, shared by its start and end events."""
+
     seq: int
     time: int
     task_id: int
@@ -47,19 +49,14 @@ class TaskStart:
 
 
 @dataclass(frozen=True, slots=True)
-class TaskEnd:
+class TaskStart(_TaskEvent):
+    """A task attempt was launched."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEnd(_TaskEvent):
     """``reason`` is ``success``, ``failed`` or ``killed``; ``message`` says why for the last two."""
 
-    seq: int
-    time: int
-    task_id: int
-    stage_id: int
-    stage_attempt: int
-    partition: int
-    index: int
-    attempt: int
-    executor_id: str
-    host: str
     reason: str
     message: str | None
     task_type: str
