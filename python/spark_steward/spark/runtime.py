@@ -49,7 +49,7 @@ class DriverRuntime:
         if not self.jvm.has_plugin_api():
             raise SetupError(
                 f"this Spark ({sc.version}) has no plugin API (org.apache.spark.api.plugin); "
-                "spark-steward needs Spark 3.5 or newer")
+                "spark-steward needs Spark 4.0 or newer")
         self.app_id = str(sc.applicationId)
         self.app_name = str(sc.appName)
         self.spark_version: str = sc.version
