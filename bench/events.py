@@ -6,11 +6,13 @@ alternate ``--rounds`` times and each context runs every job ``--reps`` times af
 Prints median seconds per mode, the on/off ratio, and events delivered vs expected (expected
 from Spark's own status tracker).
 
-    python bench/events.py [--rounds 4] [--jvm-reps 4] [--python-reps 2]
+    python bench/events.py [--rounds 8] [--jvm-reps 4] [--python-reps 1]
                            [--jvm-tasks 20000] [--python-tasks 2000]
 
 Each context first runs both jobs once at full size (JIT warm-up, Python workers) and the
-driver gets 4 GiB, so garbage collection of Spark's own task records does not dominate.
+driver gets 4 GiB, so garbage collection of Spark's own task records does not dominate. Runs of
+the same job differ by up to 20% here, hence many alternating rounds (the defaults take about
+30 minutes); --python-reps 0 skips the slow Python job.
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ def run_mode(enabled: bool, args: argparse.Namespace, storage: Path,
     spark = session(enabled, storage)
     sc = spark.sparkContext
     try:
-        python_job(spark, min(args.python_tasks, 500))  # warm-up: Python workers, JIT
+        if args.python_reps:
+            python_job(spark, min(args.python_tasks, 500))  # warm-up: Python workers, JIT
         jvm_job(spark, args.jvm_tasks)
         for _ in range(args.python_reps):
             times[("python", enabled)].append(timed(python_job, spark, args.python_tasks))
@@ -143,9 +146,9 @@ def run_mode(enabled: bool, args: argparse.Namespace, storage: Path,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--jvm-reps", type=int, default=4)
-    parser.add_argument("--python-reps", type=int, default=2)
+    parser.add_argument("--python-reps", type=int, default=1)
     parser.add_argument("--jvm-tasks", type=int, default=20_000)
     parser.add_argument("--python-tasks", type=int, default=2_000)
     args = parser.parse_args()
@@ -163,6 +166,8 @@ def main() -> int:
     print(f"{'job':<34} {'off s':>8} {'on s':>8} {'on/off':>7}")
     for job, label in (("python", f"{args.python_tasks} tiny Python tasks"),
                        ("jvm", f"JVM-only, {args.jvm_tasks} tasks")):
+        if not times[(job, False)]:
+            continue
         off = statistics.median(times[(job, False)])
         on = statistics.median(times[(job, True)])
         print(f"{label:<34} {off:>8.2f} {on:>8.2f} {on / off:>7.3f}")
