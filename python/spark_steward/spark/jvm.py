@@ -22,7 +22,7 @@ PLUGIN_CLASS = "io.sparksteward.shim.StewardPlugin"
 
 
 class EventBridgeHandle:
-    """Python side of the shim's EventBridge: drain batches, flush, read counters."""
+    """Python side of the shim's EventBridge: drain batches (which carry the counters), flush."""
 
     def __init__(self, java_bridge: "JavaObject", *, from_plugin: bool) -> None:
         self._bridge = java_bridge
@@ -34,12 +34,6 @@ class EventBridgeHandle:
     def flush(self, timeout_millis: int) -> int:
         """Waits for Spark's listener bus to hand over every posted event; -1 on timeout."""
         return int(self._bridge.flush(timeout_millis))
-
-    def pending(self) -> int:
-        return int(self._bridge.pending())
-
-    def dropped(self) -> int:
-        return int(self._bridge.dropped())
 
 
 class SparkJvm:

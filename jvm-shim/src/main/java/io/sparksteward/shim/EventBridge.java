@@ -10,7 +10,6 @@ import org.apache.spark.SparkContext;
  * waits for Python.
  */
 public final class EventBridge {
-  public static final String VERSION = "1";
   static final String CAPACITY_KEY = "spark.steward.events.buffer-capacity";
   static final int DEFAULT_CAPACITY = 100_000;
   private static final String QUEUE = "steward";
@@ -19,13 +18,11 @@ public final class EventBridge {
 
   private final SparkContext sc;
   private final EventBuffer buffer;
-  private final boolean ownQueue;
   private volatile boolean stopped;
 
-  private EventBridge(SparkContext sc, EventBuffer buffer, boolean ownQueue) {
+  private EventBridge(SparkContext sc, EventBuffer buffer) {
     this.sc = sc;
     this.buffer = buffer;
-    this.ownQueue = ownQueue;
   }
 
   /**
@@ -39,16 +36,13 @@ public final class EventBridge {
     }
     EventBuffer buffer = new EventBuffer(capacity(sc));
     StewardListener listener = new StewardListener(buffer);
-    boolean ownQueue;
     try {
       // A queue of our own: a slow listener elsewhere can neither delay nor drop our events.
       sc.listenerBus().addToQueue(listener, QUEUE);
-      ownQueue = true;
     } catch (LinkageError | RuntimeException e) {
       sc.addSparkListener(listener);
-      ownQueue = false;
     }
-    bridge = new EventBridge(sc, buffer, ownQueue);
+    bridge = new EventBridge(sc, buffer);
     current = bridge;
     return bridge;
   }
@@ -79,30 +73,6 @@ public final class EventBridge {
       }
     }
     return buffer.accepted();
-  }
-
-  public long accepted() {
-    return buffer.accepted();
-  }
-
-  public long dropped() {
-    return buffer.dropped();
-  }
-
-  public int pending() {
-    return buffer.size();
-  }
-
-  public boolean isStopped() {
-    return stopped;
-  }
-
-  public boolean hasOwnQueue() {
-    return ownQueue;
-  }
-
-  public String version() {
-    return VERSION;
   }
 
   void markStopped() {

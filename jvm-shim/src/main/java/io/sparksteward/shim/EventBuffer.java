@@ -50,8 +50,4 @@ final class EventBuffer {
   long dropped() {
     return dropped.get();
   }
-
-  int size() {
-    return queue.size();
-  }
 }
