@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from spark_steward.config import StewardConf
 from spark_steward.errors import SetupError
 from spark_steward.spark.jvm import SparkJvm
 from spark_steward.spark.runtime import DriverRuntime
@@ -66,4 +65,4 @@ def test_spark_without_plugin_api_is_refused_clearly(spark: Any,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SparkJvm, "has_plugin_api", lambda self: False)
     with pytest.raises(SetupError, match="no plugin API.*Spark 4.0 or newer"):
-        DriverRuntime(spark.sparkContext, StewardConf({}), explicit=True)
+        DriverRuntime(spark.sparkContext, explicit=True)

@@ -42,14 +42,16 @@ STOP_TIMEOUT = 30.0
 class DriverRuntime:
     """spark-steward's state for one SparkContext. Build it with :func:`attach`."""
 
-    def __init__(self, sc: "SparkContext", conf: StewardConf, *, explicit: bool) -> None:
+    def __init__(self, sc: "SparkContext", *, explicit: bool) -> None:
         self.sc = sc
-        self.conf = conf
         self.jvm = SparkJvm(sc)
         if not self.jvm.has_plugin_api():
             raise SetupError(
                 f"this Spark ({sc.version}) has no plugin API (org.apache.spark.api.plugin); "
                 "spark-steward needs Spark 4.0 or newer")
+        pairs = self.jvm.conf_pairs()
+        # Every key is parsed here, so a bad value fails at attach, naming key and value.
+        self.conf = conf = StewardConf.from_pairs(pairs)
         self.app_id = str(sc.applicationId)
         self.app_name = str(sc.appName)
         self.spark_version: str = sc.version
@@ -76,7 +78,7 @@ class DriverRuntime:
             local_dir=conf.local_dir(),
             auth_token=sc.getConf().get("spark.authenticate.secret") or secrets.token_hex(32),
             driver_host=self.jvm.driver_host(),
-            conf={k: v for k, v in self.jvm.conf_pairs() if k.startswith(PREFIX)},
+            conf={k: v for k, v in pairs if k.startswith(PREFIX)},
         )
         self.context_broadcast: "Broadcast[ExecutorContext]" = sc.broadcast(self.context)
         self.services: list[RuntimeService] = [ApplicationHeartbeat()]
@@ -179,8 +181,7 @@ def attach(spark: Any = None, *, explicit: bool = True) -> DriverRuntime:
             if _current.sc is sc:
                 return _current
             _current.stop("a new SparkContext replaced it")
-        conf = StewardConf.from_pairs(SparkJvm(sc).conf_pairs())
-        runtime = DriverRuntime(sc, conf, explicit=explicit)
+        runtime = DriverRuntime(sc, explicit=explicit)
         runtime.start()
         _current = runtime
         install_patches()
