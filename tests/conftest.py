@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # Before any JVM starts: local-cluster workers write under SPARK_WORKER_DIR (else inside the
 # pyspark install), and a developer's SPARK_CONF_DIR must not leak into the tests.
 _WORK = tempfile.mkdtemp(prefix="spark-steward-tests-")
+atexit.register(shutil.rmtree, _WORK, True)  # worker dirs, storage, local dirs of this run
 os.environ["SPARK_WORKER_DIR"] = os.path.join(_WORK, "worker")
 os.environ.pop("SPARK_CONF_DIR", None)
 os.environ.pop("SPARK_REMOTE", None)
