@@ -9,6 +9,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from spark_steward.applications import ApplicationRecord
+from spark_steward.config import HEARTBEAT_INTERVAL
 from spark_steward.errors import StewardError
 from spark_steward.spark.services import RuntimeService
 
@@ -32,7 +33,7 @@ class ApplicationHeartbeat(RuntimeService):
                                           spark_version=runtime.spark_version,
                                           steward_version=runtime.steward_version)
         registry.write(self.record)
-        self._thread = threading.Thread(target=self._beat, args=(runtime, runtime.heartbeat_interval),
+        self._thread = threading.Thread(target=self._beat, args=(runtime, runtime.conf.get(HEARTBEAT_INTERVAL)),
                                         name="spark-steward-heartbeat", daemon=True)
         self._thread.start()
 

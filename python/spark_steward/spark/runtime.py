@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from spark_steward import __version__
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.config import (ENABLED, EVENTS_BATCH_SIZE, EVENTS_POLL_INTERVAL,
-                                  HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, PREFIX, SHIM_JAR,
+                                  HEARTBEAT_TIMEOUT, PREFIX, SHIM_JAR,
                                   StewardConf)
 from spark_steward.errors import DisabledForSession, NotAttached, SetupError
 from spark_steward.spark import bootstrap, session
@@ -58,7 +58,6 @@ class DriverRuntime:
         self.steward_version = __version__
         # Explicit attach means "on" unless the context's conf says otherwise.
         self.enabled_by_default = conf.get(ENABLED) if conf.is_set(ENABLED) else explicit
-        self.heartbeat_interval = conf.get(HEARTBEAT_INTERVAL)
         self.storage = Storage.from_url(conf.storage_dir(), **conf.storage_options())
         self.registry = ApplicationRegistry(self.storage,
                                             heartbeat_timeout=conf.get(HEARTBEAT_TIMEOUT))
