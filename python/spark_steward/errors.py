@@ -50,3 +50,27 @@ class ChecksumMismatch(StewardError):
 
 class RecordCorrupt(ChecksumMismatch):
     """A metadata record is unreadable or fails verification; the message names the path."""
+
+
+class InvalidBlobKey(StewardError, ValueError):
+    """A blob key or scope id is malformed (checked before it touches a path); names the value."""
+
+
+class BlobNotFound(StewardError):
+    """No store holds the blob (deleted with its scope, or never put); names key and scope."""
+
+
+class BlobServerUnavailable(StewardError):
+    """The driver's blob server cannot be reached (connection refused, reset or timed out)."""
+
+
+class AuthenticationFailed(StewardError):
+    """A blob server connection did not prove knowledge of the application's secret."""
+
+
+class BlobProtocolError(StewardError):
+    """A blob server request or reply broke the protocol (bad frame, size, op or field)."""
+
+
+class ScopeError(StewardError):
+    """An owner scope was misused: bad name, already closed, or closed from another thread."""
