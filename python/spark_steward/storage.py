@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import shutil
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -132,6 +133,50 @@ class Storage:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def upload(self, rel: str, local_path: str) -> None:
+        """Copies a local file to ``rel`` so readers never see part of it (streamed, any size).
+
+        Filesystems: temp name beside the target, fsync, rename. Object stores: one upload that
+        becomes visible only when complete (multipart completion is atomic).
+        """
+        target = self.path(rel)
+        try:
+            if self.is_object_store:
+                self.fs.put_file(local_path, target)
+                return
+            directory = posixpath.dirname(target)
+            self.fs.makedirs(directory, exist_ok=True)
+            tmp = posixpath.join(directory, f".{posixpath.basename(target)}.tmp-{uuid.uuid4().hex}")
+            try:
+                if self.is_local:
+                    with open(local_path, "rb") as src, open(tmp, "wb") as dst:
+                        shutil.copyfileobj(src, dst, 8 << 20)
+                        dst.flush()
+                        os.fsync(dst.fileno())
+                    os.replace(tmp, target)
+                else:
+                    self.fs.put_file(local_path, tmp)
+                    self.fs.mv(tmp, target)
+            except BaseException:
+                try:
+                    self.fs.rm(tmp)
+                except (FileNotFoundError, OSError):
+                    pass
+                raise
+        except OSError as exc:
+            if self.is_local:
+                raise StorageError(f"could not write {self.url_of(rel)}: {exc}") from exc
+            raise OutcomeUnknown(f"upload of {self.url_of(rel)} may not have landed: {exc}") from exc
+
+    def open_read(self, rel: str) -> BinaryIO:
+        """A binary stream of ``rel``; FileNotFoundError when absent."""
+        try:
+            return self.fs.open(self.path(rel), "rb")  # type: ignore[no-any-return]
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StorageError(f"could not read {self.url_of(rel)}: {exc}") from exc
 
     def write_record(self, rel: str, body: Any) -> None:
         """Atomically writes a checksummed metadata record."""
