@@ -1,23 +1,30 @@
-"""The ``spark-steward`` command: ``jar``, ``conf``, ``status``, ``version``.
+"""The ``spark-steward`` command: ``jar``, ``conf``, ``status``, ``blobs``, ``gc``, ``version``.
 
 The library prints nothing; this module is where output happens. Errors print one line
-(``error: ...``) and exit with status 2.
+(``error: ...``) and exit with status 2; ``gc`` exits with 1 when some delete failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import shlex
 import sys
 import time
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO
 
 from spark_steward import __version__
 from spark_steward.config import ENABLED, LOCAL_DIR, STORAGE_DIR, render_markdown_table
 from spark_steward.errors import StewardError
 
 from spark_steward.spark.jvm import PLUGIN_CLASS
+
+if TYPE_CHECKING:
+    from spark_steward.applications import ApplicationRegistry
+    from spark_steward.blob.inventory import GcReport, Progress
 
 
 def _jar() -> str:
@@ -72,7 +79,8 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def open_registry(args: argparse.Namespace) -> "ApplicationRegistry":
+    """The registry of ``--storage`` with ``--option`` and ``--heartbeat-timeout`` applied."""
     from spark_steward.applications import ApplicationRegistry
     from spark_steward.config import HEARTBEAT_TIMEOUT
     from spark_steward.storage import Storage
@@ -80,7 +88,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     storage = Storage.from_url(args.storage, **storage_options(args.option))
     timeout = HEARTBEAT_TIMEOUT.parse(args.heartbeat_timeout) if args.heartbeat_timeout \
         else HEARTBEAT_TIMEOUT.default
-    registry = ApplicationRegistry(storage, heartbeat_timeout=timeout)
+    return ApplicationRegistry(storage, heartbeat_timeout=timeout)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    registry = open_registry(args)
+    storage = registry.storage
     rows: list[dict[str, Any]] = []
     for record in sorted(registry.all(), key=lambda r: r.started_at):
         owned = registry.owned_usage(record.app_id)
@@ -107,6 +120,189 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- blobs -----------------------------------------------------------------------------------
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def cmd_blobs_ls(args: argparse.Namespace) -> int:
+    from spark_steward.applications import validate_app_id
+    from spark_steward.blob.inventory import application_liveness, scan_blobs
+
+    registry = open_registry(args)
+    storage = registry.storage
+    app_filter = validate_app_id(args.app) if args.app else None
+    scan = scan_blobs(storage, app_filter)
+    states = {app: application_liveness(registry, app)
+              for app in sorted({b.app_id for b in scan.blobs})}
+    total = sum(b.size for b in scan.blobs)
+    scopes = len({(b.app_id, b.scope) for b in scan.blobs})
+    if args.json:
+        print(json.dumps({
+            "storage": storage.url,
+            "blobs": [{"app_id": b.app_id, "scope": b.scope, "key": b.key, "size": b.size,
+                       "path": b.path, "liveness": states[b.app_id]} for b in scan.blobs],
+            "totals": {"applications": len(states), "scopes": scopes, "blobs": len(scan.blobs),
+                       "bytes": total, "temp_files": len(scan.temp_files)},
+        }, indent=2))
+        return 0
+    temps = (f" ({_plural(len(scan.temp_files), 'temp file')} not listed)"
+             if scan.temp_files else "")
+    if not scan.blobs:
+        where = f" of {app_filter}" if app_filter else ""
+        print(f"no blobs{where} in {storage.url}{temps}")
+        return 0
+    app_w = max(11, *(len(b.app_id) for b in scan.blobs))
+    scope_w = max(5, *(len(b.scope) for b in scan.blobs))
+    print(f"{'APPLICATION':<{app_w}}  {'SCOPE':<{scope_w}}  {'KEY':<12}  {'SIZE':>10}  STATE")
+    for b in scan.blobs:
+        print(f"{b.app_id:<{app_w}}  {b.scope:<{scope_w}}  {b.key[:12]:<12}  "
+              f"{_size(b.size):>10}  {states[b.app_id]}")
+    print(f"total: {_plural(len(scan.blobs), 'blob')} in {_plural(scopes, 'scope')} of "
+          f"{_plural(len(states), 'application')}, {_size(total)}{temps}")
+    return 0
+
+
+def cmd_blobs_du(args: argparse.Namespace) -> int:
+    from spark_steward.blob.inventory import usage_by_application
+
+    registry = open_registry(args)
+    usage = usage_by_application(registry)
+    totals = {"applications": len(usage), "scopes": sum(u.scopes for u in usage),
+              "blobs": sum(u.blobs for u in usage), "bytes": sum(u.bytes for u in usage),
+              "temp_files": sum(u.temp_files for u in usage),
+              "temp_bytes": sum(u.temp_bytes for u in usage)}
+    if args.json:
+        print(json.dumps({
+            "storage": registry.storage.url,
+            "applications": [{"app_id": u.app_id, "liveness": u.liveness, "scopes": u.scopes,
+                              "blobs": u.blobs, "bytes": u.bytes, "temp_files": u.temp_files,
+                              "temp_bytes": u.temp_bytes} for u in usage],
+            "totals": totals,
+        }, indent=2))
+        return 0
+    if not usage:
+        print(f"no blobs in {registry.storage.url}")
+        return 0
+    app_w = max(11, *(len(u.app_id) for u in usage))
+    print(f"{'APPLICATION':<{app_w}}  {'STATE':<8}  {'SCOPES':>6}  {'BLOBS':>7}  {'SIZE':>10}  "
+          f"{'TEMP':>5}")
+    for u in usage:
+        print(f"{u.app_id:<{app_w}}  {u.liveness:<8}  {u.scopes:>6}  {u.blobs:>7}  "
+              f"{_size(u.bytes):>10}  {u.temp_files:>5}")
+    print(f"{'total':<{app_w}}  {'':<8}  {totals['scopes']:>6}  {totals['blobs']:>7}  "
+          f"{_size(totals['bytes']):>10}  {totals['temp_files']:>5}")
+    return 0
+
+
+# -- gc --------------------------------------------------------------------------------------
+
+
+class ProgressBar:
+    """``[#####.....] 12/40 apps/app-x/blobs/_app`` on a TTY, redrawn in place with ``\\r``.
+
+    Draws nothing when the stream is not a TTY or the run has fewer than ``min_items`` items;
+    :meth:`close` ends a drawn bar with a newline.
+    """
+
+    def __init__(self, stream: TextIO, *, width: int = 20, min_items: int = 4) -> None:
+        isatty = getattr(stream, "isatty", None)
+        self.enabled = bool(isatty and isatty())
+        self.stream = stream
+        self.width = width
+        self.min_items = min_items
+        self.drawn = 0  # length of the last line drawn, 0 when nothing is on screen
+
+    def _columns(self) -> int:
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+            return 80
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if not self.enabled or total < self.min_items:
+            return
+        filled = self.width * done // total if total else self.width
+        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} "
+        room = max(8, self._columns() - 1 - len(line))
+        line += label if len(label) <= room else "..." + label[-(room - 3):]
+        self.stream.write("\r" + line.ljust(self.drawn))
+        self.stream.flush()
+        self.drawn = len(line)
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = 0
+
+
+@dataclass(frozen=True)
+class Collector:
+    """One kind of garbage ``spark-steward gc`` collects, run in :data:`GC_COLLECTORS` order."""
+
+    name: str
+    run: Callable[["ApplicationRegistry", bool, "Progress | None"], "GcReport"]
+
+
+def _collect_blobs(registry: "ApplicationRegistry", dry_run: bool,
+                   progress: "Progress | None") -> "GcReport":
+    from spark_steward.blob.inventory import collect_garbage
+
+    return collect_garbage(registry, dry_run=dry_run, progress=progress)
+
+
+#: What ``gc`` collects, in order. Checkpoints and caches join this list later.
+GC_COLLECTORS: list[Collector] = [Collector("blobs", _collect_blobs)]
+
+
+def _gc_json(name: str, report: "GcReport") -> dict[str, Any]:
+    return {"name": name,
+            "deleted": [{"app_id": d.app_id, "files": d.files, "bytes": d.bytes}
+                        for d in report.deleted],
+            "skipped": [{"app_id": s.app_id, "reason": s.reason} for s in report.skipped],
+            "failed": [{"path": f.path, "message": f.message} for f in report.failed]}
+
+
+def _print_gc_summary(name: str, report: "GcReport") -> None:
+    verb = "would delete" if report.dry_run else "deleted"
+    if report.deleted:
+        print(f"{name}: {verb} {_plural(report.files, 'file')}, {_size(report.bytes)} of "
+              f"{_plural(len(report.deleted), 'application')}")
+        for d in report.deleted:
+            print(f"  {verb} {d.app_id}: {_plural(d.files, 'file')}, {_size(d.bytes)}")
+    else:
+        print(f"{name}: nothing to delete")
+    for s in report.skipped:
+        print(f"  skipped {s.app_id}: {s.reason}")
+    for f in report.failed:
+        print(f"  FAILED {f.path}: {f.message}")
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    registry = open_registry(args)
+    reports: list[tuple[str, GcReport]] = []
+    for collector in GC_COLLECTORS:
+        bar = ProgressBar(sys.stderr)
+        try:
+            reports.append((collector.name, collector.run(registry, args.dry_run, bar)))
+        finally:
+            bar.close()
+    ok = all(report.ok for _, report in reports)
+    if args.json:
+        print(json.dumps({"storage": registry.storage.url, "dry_run": args.dry_run, "ok": ok,
+                          "collectors": [_gc_json(n, r) for n, r in reports]}, indent=2))
+    else:
+        for name, report in reports:
+            _print_gc_summary(name, report)
+        if not ok:
+            failed = sum(len(r.failed) for _, r in reports)
+            print(f"{_plural(failed, 'delete')} failed; run gc again to retry")
+    return 0 if ok else 1
+
+
 def storage_options(items: list[str] | None) -> dict[str, object]:
     """``NAME=VALUE`` items of ``--option`` as fsspec keyword arguments."""
     from spark_steward.config import STORAGE_OPTION_PREFIX, parse_storage_option
@@ -126,6 +322,14 @@ def cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
+def _storage_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--storage", required=True, help="storage URL to inspect")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--option", action="append", metavar="NAME=VALUE",
+                        help="fsspec option for the storage, as spark.steward.storage.option.NAME")
+    parser.add_argument("--heartbeat-timeout", help="override spark.steward.heartbeat.timeout")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spark-steward", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -142,12 +346,34 @@ def build_parser() -> argparse.ArgumentParser:
     conf.set_defaults(run=cmd_conf)
 
     status = sub.add_parser("status", help="applications recorded in a storage dir")
-    status.add_argument("--storage", required=True, help="storage URL to inspect")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
-    status.add_argument("--option", action="append", metavar="NAME=VALUE",
-                        help="fsspec option for the storage, as spark.steward.storage.option.NAME")
-    status.add_argument("--heartbeat-timeout", help="override spark.steward.heartbeat.timeout")
+    _storage_arguments(status)
     status.set_defaults(run=cmd_status)
+
+    blobs = sub.add_parser("blobs", help="blobs in the HA storage dir")
+    blobs_sub = blobs.add_subparsers(dest="blobs_command", required=True)
+    ls = blobs_sub.add_parser("ls", help="one line per blob: application, scope, key, size, "
+                                         "liveness of its application")
+    _storage_arguments(ls)
+    ls.add_argument("--app", metavar="APP_ID", help="only the blobs of this application")
+    ls.set_defaults(run=cmd_blobs_ls)
+    du = blobs_sub.add_parser("du", help="per application: liveness, scopes, blobs, bytes, "
+                                         "temp files")
+    _storage_arguments(du)
+    du.set_defaults(run=cmd_blobs_du)
+
+    gc = sub.add_parser(
+        "gc", help="delete what applications that are no longer alive left in a storage dir",
+        description="Deletes, in order, what dead applications left behind: "
+                    + ", ".join(c.name for c in GC_COLLECTORS) + ". "
+                    "An application is dead when its record says finished, its heartbeat is "
+                    "older than spark.steward.heartbeat.timeout, or its driver process vanished "
+                    "on this host; its leftovers are deleted at once. Live applications and "
+                    "ones without a readable record are never touched. Exit 1 when a delete "
+                    "failed (run again to retry).")
+    _storage_arguments(gc)
+    gc.add_argument("--dry-run", action="store_true",
+                    help="delete nothing; list what would be deleted")
+    gc.set_defaults(run=cmd_gc)
 
     sub.add_parser("version", help="print the version").set_defaults(run=cmd_version)
     return parser
