@@ -1,0 +1,306 @@
+"""The executor's side of the blob server protocol.
+
+One :class:`BlobClient` keeps one authenticated connection and reuses it, because a task that
+needs several blobs should not pay a handshake for each. The connection is opened lazily and
+reopened after anything that may have left the stream out of step (a server-side close, a
+network error, an exception while writing the caller's file).
+
+Blob bodies go straight from the socket into one reusable buffer, are checksummed incrementally
+and written on: no allocation per chunk or per fetch. On loopback a 256 MiB fetch runs at about
+0.7-0.85x the speed of ``shutil.copyfile`` of the same file, which copies inside the kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import struct
+import sys
+import threading
+from types import TracebackType
+from typing import Any, BinaryIO, Iterator
+
+import crc32c as _crc32c
+
+from spark_steward.blob.keys import BlobKey, validate_scope_id
+from spark_steward.blob.protocol import (PROTOCOL_VERSION, PeerClosed, auth_proof,
+                                         encode_frame, exact_reader, read_frame)
+from spark_steward.errors import (AuthenticationFailed, BlobNotFound, BlobProtocolError,
+                                  BlobServerUnavailable, ChecksumMismatch, StewardError)
+
+log = logging.getLogger(__name__)
+
+#: Largest reply frame accepted; replies of other ops may carry listings, so more than requests.
+MAX_REPLY = 16 << 20
+#: Default receive chunk. Measured on 2 cores: 512 KiB-1 MiB beat 4 MiB clearly (the chunk
+#: stays in L2 between recv, crc32c and write); 256 KiB starts to pay per-call overhead.
+CHUNK = 1 << 20
+#: Whether bodies are read with blocking MSG_WAITALL receives (see _bulk_receive).
+_WAITALL = sys.platform.startswith("linux")
+
+
+class BlobClient:
+    """An authenticated connection to the driver's blob server. Safe to share between threads
+    (requests are serialised); usable as a context manager.
+
+    >>> with BlobClient(host, port, secret) as client:        # doctest: +SKIP
+    ...     size, crc = client.fetch(key, "_app", out_file)
+    """
+
+    def __init__(self, host: str, port: int, secret: str, *, timeout: float = 60.0) -> None:
+        self._host, self._port, self._secret = host, port, secret
+        self._timeout = timeout
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._buffer = memoryview(bytearray())
+        self._in_step = False  # whether the last exchange read a complete reply
+
+    @property
+    def address(self) -> str:
+        return f"{self._host}:{self._port}"
+
+    # -- public ------------------------------------------------------------------------------
+
+    def fetch(self, key: BlobKey, scope: str, out: BinaryIO, *,
+              chunk: int = CHUNK) -> tuple[int, int]:
+        """Streams blob ``key`` of ``scope`` into ``out``; returns ``(size, crc32c)``.
+
+        The bytes are checked against the crc32c the server announced; on a mismatch
+        ChecksumMismatch is raised *after* they were written, so the caller must treat ``out``
+        as garbage (write to a temp file, rename only after success).
+        """
+        scope = validate_scope_id(scope)
+        what = f"get of blob {key}"
+        with self._exchange(what) as sock:
+            self._send(sock, {"op": "get", "key": key.digest, "scope": scope})
+            header = self._reply(sock, what)
+            self._in_step = False  # until the whole body has been read
+            size, expected = header.get("size"), header.get("crc32c")
+            if not (type(size) is int and type(expected) is int and size >= 0
+                    and 0 <= expected <= 0xFFFFFFFF):
+                raise BlobProtocolError(f"blob server {self.address} sent a bad header for "
+                                        f"blob {key}: size={size!r} crc32c={expected!r}")
+            actual = self._receive_body(sock, key, size, out, max(chunk, 1))
+            self._in_step = True
+        if actual != expected:
+            raise ChecksumMismatch(f"blob {key} of scope {scope} from {self.address}: received "
+                                   f"bytes have crc32c {actual:08x}, the server announced "
+                                   f"{expected:08x}")
+        return size, actual
+
+    def call(self, op: str, **fields: Any) -> dict[str, Any]:
+        """Sends op ``op`` with ``fields``; returns the server's reply (``ok`` is True)."""
+        if op == "get":
+            raise ValueError("use fetch() for 'get': its reply is followed by the blob's bytes")
+        with self._exchange(f"op {op!r}") as sock:
+            self._send(sock, {**fields, "op": op})
+            return self._reply(sock, f"op {op!r}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def __enter__(self) -> BlobClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- connection --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _exchange(self, what: str) -> Iterator[socket.socket]:
+        """One request/reply under the lock; drops the connection unless the stream ended in
+        step (a complete reply was read), so the next call starts on a clean connection."""
+        with self._lock:
+            sock = self._connection()
+            self._in_step = False
+            try:
+                yield sock
+            except _OutputFailed as e:
+                self._drop()
+                raise e.error from None
+            except OSError as e:
+                self._drop()
+                raise BlobServerUnavailable(f"blob server {self.address} failed during "
+                                            f"{what}: {e}") from e
+            except BaseException:
+                if not self._in_step:
+                    self._drop()
+                raise
+
+    def _connection(self) -> socket.socket:
+        if self._sock is not None and _peer_closed(self._sock, self._timeout):
+            log.debug("blob server %s closed the idle connection; reconnecting", self.address)
+            self._drop()
+        if self._sock is None:
+            self._sock = self._connect()
+        return self._sock
+
+    def _connect(self) -> socket.socket:
+        try:
+            sock = socket.create_connection((self._host, self._port), timeout=self._timeout)
+        except OSError as e:
+            raise BlobServerUnavailable(f"blob server {self.address} cannot be reached: "
+                                        f"{e}") from e
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            hello = self._read(sock)
+            if hello.get("error") == "busy":
+                raise BlobServerUnavailable(f"blob server {self.address} is busy: "
+                                            f"{hello.get('message', '')}")
+            if hello.get("protocol") != PROTOCOL_VERSION or not isinstance(hello.get("nonce"),
+                                                                           str):
+                raise BlobProtocolError(f"blob server {self.address} speaks protocol "
+                                        f"{hello.get('protocol')!r}, this client speaks "
+                                        f"{PROTOCOL_VERSION}")
+            self._send(sock, {"auth": auth_proof(self._secret, hello["nonce"])})
+            answer = self._read(sock)
+            if answer.get("error") == "auth":
+                raise AuthenticationFailed(f"blob server {self.address} rejected this client: "
+                                           f"{answer.get('message', '')} (is the executor "
+                                           "context from this application?)")
+            if answer.get("ok") is not True:
+                raise BlobProtocolError(f"blob server {self.address} answered the handshake "
+                                        f"with {answer!r:.200}")
+        except (OSError, PeerClosed) as e:
+            sock.close()
+            raise BlobServerUnavailable(f"blob server {self.address} closed or failed the "
+                                        f"connection during the handshake: {e}") from e
+        except BaseException:
+            sock.close()
+            raise
+        log.debug("connected to blob server %s", self.address)
+        return sock
+
+    def _drop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    # -- frames ------------------------------------------------------------------------------
+
+    def _send(self, sock: socket.socket, obj: dict[str, Any]) -> None:
+        sock.sendall(encode_frame(obj))
+
+    def _read(self, sock: socket.socket) -> dict[str, Any]:
+        return read_frame(exact_reader(sock.recv_into), MAX_REPLY)
+
+    def _reply(self, sock: socket.socket, what: str) -> dict[str, Any]:
+        """The reply to ``what``, with the server's error codes raised as StewardErrors."""
+        try:
+            reply = self._read(sock)
+        except PeerClosed as e:
+            raise BlobServerUnavailable(f"blob server {self.address} closed the connection "
+                                        f"before answering {what}") from e
+        self._in_step = True
+        error = reply.get("error")
+        if error is None and reply.get("ok") is True:
+            return reply
+        message = str(reply.get("message", ""))
+        if error == "not_found":
+            raise BlobNotFound(message)
+        if error == "bad_request":
+            raise BlobProtocolError(f"blob server {self.address} rejected {what} (bad_request): "
+                              f"{message}")
+        if error == "failed":
+            raise StewardError(f"blob server {self.address} failed {what} (failed): {message}")
+        if error == "internal":
+            raise StewardError(f"blob server {self.address} hit an internal error on {what} "
+                          f"(internal: {message}); the driver log has the details")
+        raise BlobProtocolError(f"blob server {self.address} answered {what} with "
+                                f"{reply!r:.200}")
+
+    def _receive_body(self, sock: socket.socket, key: BlobKey, size: int, out: BinaryIO,
+                      chunk: int) -> int:
+        """Copies ``size`` bytes from ``sock`` to ``out``; returns their crc32c.
+
+        Each chunk is filled completely before it is checksummed and written: a few large
+        calls into crc32c and the file beat many small ones per recv. One thread on purpose:
+        a writer thread overlapping the file write measured slower on two cores.
+        """
+        if len(self._buffer) != chunk:
+            self._buffer = memoryview(bytearray(chunk))  # kept: no allocation per fetch
+        view = self._buffer
+        value, done = 0, 0
+        with _bulk_receive(sock, self._timeout) as flags:
+            while done < size:
+                want = min(size - done, chunk)
+                got = 0
+                while got < want:
+                    try:
+                        k = sock.recv_into(view[got:want], want - got, flags)
+                    except BlockingIOError:  # SO_RCVTIMEO expired
+                        raise TimeoutError(f"no data for {self._timeout}s") from None
+                    if not k:
+                        raise BlobProtocolError(f"truncated blob {key} from {self.address}: "
+                                                f"the connection closed after {done + got} of "
+                                                f"{size} bytes")
+                    got += k
+                part = view[:want]
+                value = _crc32c.crc32c(part, value)
+                try:
+                    written = out.write(part)
+                    while written is not None and written < want:  # raw files may write short
+                        written += out.write(part[written:])
+                except OSError as e:
+                    raise _OutputFailed(e) from e
+                done += want
+        return int(value)
+
+
+class _OutputFailed(Exception):
+    """Writing the caller's ``out`` failed: its OSError must not pass for a network error."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@contextlib.contextmanager
+def _bulk_receive(sock: socket.socket, timeout: float) -> Iterator[int]:
+    """Yields the recv flags for reading a blob body.
+
+    On Linux the socket turns blocking, with the timeout enforced by the kernel
+    (SO_RCVTIMEO), so MSG_WAITALL fills a whole chunk in one call; Python's own timeout costs
+    a poll() before every recv of a few segments. Measured 10-30% faster for 256 MiB.
+    """
+    if not _WAITALL:
+        yield 0
+        return
+    sock.settimeout(None)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(timeout))
+    try:
+        yield socket.MSG_WAITALL
+    finally:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(0))
+            sock.settimeout(timeout)
+        except OSError:
+            pass  # the socket is broken; the caller drops it
+
+
+def _timeval(seconds: float) -> bytes:
+    whole = int(seconds)
+    return struct.pack("@ll", whole, int((seconds - whole) * 1e6))
+
+
+def _peer_closed(sock: socket.socket, timeout: float) -> bool:
+    """Whether an idle connection is unusable: the server closed it (idle timeout, restart) or
+    sent bytes nobody asked for. Checked before reuse so no request is sent into a dead socket,
+    which would leave it unknown whether the server acted on it."""
+    try:
+        sock.setblocking(False)
+        sock.recv(1, socket.MSG_PEEK)  # b"" (closed) or unasked-for bytes: unusable either way
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        try:
+            sock.settimeout(timeout)
+        except OSError:
+            pass

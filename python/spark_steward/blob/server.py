@@ -1,0 +1,343 @@
+"""The driver's blob server: authenticated TCP, blobs streamed with ``sendfile``.
+
+Executors fetch blobs from here when neither their host-local store nor the HA store has them.
+Unlike Flink's BlobServer every connection first proves knowledge of the application's secret
+(see :mod:`spark_steward.blob.protocol`), keys and scopes are validated before anything touches
+a path, and clients get an error *code* and a one-line message, never a traceback or a
+serialized exception. One bad client costs one thread and at most ``timeout`` seconds; the
+server keeps serving everyone else.
+
+Error codes in replies: ``auth``, ``busy``, ``bad_request``, ``not_found``, ``failed`` (a
+StewardError from the callbacks), ``internal`` (a bug; the traceback stays in the driver log).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, fields
+from typing import Any, BinaryIO, Callable
+
+from spark_steward.blob.keys import BlobKey, validate_scope_id
+from spark_steward.blob.protocol import (PROTOCOL_VERSION, PeerClosed, encode_frame,
+                                         exact_reader, new_nonce, proof_matches, read_frame)
+from spark_steward.errors import (BlobNotFound, BlobProtocolError, InvalidBlobKey,
+                                  StewardError)
+
+log = logging.getLogger(__name__)
+
+_JOIN_SECONDS = 5.0      # close() waits at most this long for all threads together
+_LINGER_SECONDS = 0.2    # after an error reply, let the client read it before the close
+_AUTH_FRAME = 1024       # the auth answer is ~80 bytes: an unauthenticated peer gets no more
+
+
+@dataclass(frozen=True)
+class LocatedBlob:
+    """Where ``locate`` found a blob, with the size and crc32c the client will verify."""
+
+    path: str
+    size: int
+    crc32c: int
+
+
+@dataclass(frozen=True)
+class BlobServerStats:
+    """A snapshot of the server's counters."""
+
+    connections_accepted: int = 0
+    connections_refused: int = 0
+    connections_open: int = 0
+    auth_failures: int = 0
+    bad_requests: int = 0
+    bytes_served: int = 0
+    blobs_served: int = 0
+
+
+class _ConnectionLost(Exception):
+    """The socket failed while we wrote to it; nothing more can be said to this peer."""
+
+
+class _Connection:
+    """One accepted socket: frame IO with a deadline per frame, so a slow peer is bounded."""
+
+    def __init__(self, sock: socket.socket, peer: str, timeout: float) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.timeout = timeout
+        self._deadline = 0.0
+        self._recv_exactly = exact_reader(self._recv_into)
+
+    def _recv_into(self, view: memoryview) -> int:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no complete frame from {self.peer} within {self.timeout}s")
+        self.sock.settimeout(remaining)
+        return self.sock.recv_into(view)
+
+    def read(self, max_bytes: int) -> dict[str, Any]:
+        """The next frame; idle wait plus the whole frame must fit in ``timeout``."""
+        self._deadline = time.monotonic() + self.timeout
+        return read_frame(self._recv_exactly, max_bytes)
+
+    def send(self, reply: dict[str, Any], file: BinaryIO | None = None, count: int = 0) -> int:
+        """Sends ``reply``, then ``count`` bytes of ``file`` (zero copy); returns bytes of the
+        file sent, fewer when it is shorter than ``count``."""
+        frame = encode_frame(reply)  # outside the try: an unencodable reply is a bug, not IO
+        try:
+            self.sock.settimeout(self.timeout)
+            self.sock.sendall(frame)
+            return self.sock.sendfile(file, 0, count) if file is not None and count else 0
+        except OSError as e:
+            raise _ConnectionLost(str(e)) from e
+
+    def linger_close(self) -> None:
+        """Half-close, then drain briefly: closing with unread input would send a RST that can
+        destroy the error reply before the client reads it."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+            self.sock.settimeout(_LINGER_SECONDS)
+            deadline = time.monotonic() + _LINGER_SECONDS
+            while time.monotonic() < deadline and self.sock.recv(65536):
+                pass
+        except OSError:
+            pass  # the peer is gone already: nothing left to protect
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": code, "message": message}
+
+
+def _quietly(step: Callable[..., object], *args: Any) -> None:
+    """A socket step whose OSError only means the socket is gone already."""
+    try:
+        step(*args)
+    except OSError:
+        pass
+
+
+class BlobServer:
+    """Serves blobs found by ``locate`` and hands every other op to ``on_message``.
+
+    ``locate(key, scope)`` raises BlobNotFound; ``on_message(op, request)`` returns the reply's
+    fields and raises BlobProtocolError for an op it does not know (-> ``bad_request``) or other
+    StewardErrors (-> ``failed``).
+    """
+
+    def __init__(self, *, host: str, port: int, secret: str,
+                 locate: Callable[[BlobKey, str], LocatedBlob],
+                 on_message: Callable[[str, dict[str, Any]], dict[str, Any]],
+                 max_connections: int = 64, max_frame: int = 65536,
+                 timeout: float = 60.0) -> None:
+        if not secret:
+            raise ValueError("the blob server needs a non-empty secret")
+        if host in ("", "0.0.0.0", "::"):
+            raise ValueError(f"blob server host {host!r} would listen on every interface; "
+                             "pass the driver's own address")
+        self._host, self._port, self._secret = host, port, secret
+        self._locate, self._on_message = locate, on_message
+        self._max_connections, self._max_frame = max_connections, max_frame
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._counts = {f.name: 0 for f in fields(BlobServerStats)}
+        self._live: dict[socket.socket, threading.Thread] = {}
+        self._listener: socket.socket | None = None
+        self._acceptor: threading.Thread | None = None
+        self._closed = False
+
+    def start(self) -> tuple[str, int]:
+        """Binds and starts accepting; returns the bound ``(host, port)``."""
+        if self._listener is not None or self._closed:
+            raise RuntimeError("a BlobServer starts once")
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self._host, self._port))
+            listener.listen(min(self._max_connections * 2, socket.SOMAXCONN))
+            listener.settimeout(1.0)  # shutdown() wakes accept() on Linux only
+        except OSError:
+            listener.close()
+            raise
+        self._listener = listener
+        address = listener.getsockname()[:2]
+        self._acceptor = threading.Thread(target=self._accept_loop, args=(listener,),
+                                          name="steward-blob-server", daemon=True)
+        self._acceptor.start()
+        log.info("blob server listening on %s:%d", address[0], address[1])
+        return str(address[0]), int(address[1])
+
+    def close(self) -> None:
+        """Stops accepting, cuts every live connection and waits (bounded) for the threads."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            listener, live = self._listener, dict(self._live)
+        if listener is not None:
+            _quietly(listener.shutdown, socket.SHUT_RDWR)
+            listener.close()
+        # shutdown, not close: the owning thread may sit in recv on this fd; shutdown wakes it
+        # and it closes its own socket, so no fd is closed under a thread still using it.
+        for sock in live:
+            _quietly(sock.shutdown, socket.SHUT_RDWR)
+        deadline = time.monotonic() + _JOIN_SECONDS
+        for thread in [self._acceptor, *live.values()]:
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    log.warning("blob server thread %s still runs %.0fs after close()",
+                                thread.name, _JOIN_SECONDS)
+        log.info("blob server closed")
+
+    @property
+    def stats(self) -> BlobServerStats:
+        with self._lock:
+            return BlobServerStats(**{**self._counts, "connections_open": len(self._live)})
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += n
+
+    def _accept_loop(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                sock, addr = listener.accept()
+            except OSError as e:
+                if self._closed:
+                    return
+                if isinstance(e, TimeoutError):
+                    continue
+                log.warning("blob server accept failed; retrying", exc_info=True)
+                time.sleep(0.05)
+                continue
+            peer = f"{addr[0]}:{addr[1]}"
+            _quietly(sock.setsockopt, socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            thread = threading.Thread(target=self._serve, args=(_Connection(
+                sock, peer, self._timeout),), name="steward-blob-conn", daemon=True)
+            with self._lock:  # started under the lock: close() never sees an unstarted thread
+                closed = self._closed
+                admitted = not closed and len(self._live) < self._max_connections
+                if admitted:
+                    self._live[sock] = thread
+                    self._counts["connections_accepted"] += 1
+                    thread.start()
+                elif not closed:
+                    self._counts["connections_refused"] += 1
+            if closed:
+                sock.close()
+            elif not admitted:
+                self._refuse(sock, peer)
+
+    def _refuse(self, sock: socket.socket, peer: str) -> None:
+        log.warning("blob server refused a connection from %s: %d connections open",
+                    peer, self._max_connections)
+        frame = encode_frame(_error("busy", f"the blob server has {self._max_connections} "
+                                    "connections open; retry later"))
+        sock.settimeout(1.0)  # a fresh socket's send buffer is empty: this cannot stall
+        _quietly(sock.sendall, frame)
+        sock.close()
+
+    def _serve(self, conn: _Connection) -> None:
+        try:
+            if self._handshake(conn):
+                while not self._closed and self._serve_one(conn):
+                    pass
+        except _ConnectionLost as e:
+            log.debug("blob connection from %s lost: %s", conn.peer, e)
+        except Exception:  # a bug: log it once, keep the server up
+            log.exception("blob connection from %s failed unexpectedly", conn.peer)
+        finally:
+            with self._lock:
+                self._live.pop(conn.sock, None)
+            conn.sock.close()
+
+    def _handshake(self, conn: _Connection) -> bool:
+        nonce = new_nonce()
+        conn.send({"protocol": PROTOCOL_VERSION, "nonce": nonce})
+        try:
+            proof, problem = conn.read(_AUTH_FRAME).get("auth"), "wrong proof"
+        except (OSError, BlobProtocolError) as e:  # silence, garbage, timeout, hang-up
+            proof, problem = None, str(e)
+        if proof_matches(self._secret, nonce, proof):
+            conn.send({"ok": True})
+            return True
+        self._count("auth_failures")
+        log.warning("blob connection from %s failed authentication: %s", conn.peer, problem)
+        conn.send(_error("auth", "authentication failed: the client does not hold this "
+                         "application's secret"))
+        conn.linger_close()
+        return False
+
+    def _serve_one(self, conn: _Connection) -> bool:
+        """Answers one request; False when the connection must end."""
+        try:
+            request = conn.read(self._max_frame)
+        except PeerClosed:
+            return False
+        except OSError as e:  # idle timeout, reset, or close() cut us off
+            log.debug("blob connection from %s ended: %s", conn.peer, e)
+            return False
+        except BlobProtocolError as e:  # the framing is broken: answer if we can, then close
+            self._bad_request(conn, e)
+            conn.send(_error("bad_request", str(e)))
+            conn.linger_close()
+            return False
+        try:
+            return self._dispatch(conn, request)
+        except _ConnectionLost:
+            raise
+        except (InvalidBlobKey, BlobProtocolError) as e:
+            self._bad_request(conn, e)
+            reply = _error("bad_request", str(e))
+        except BlobNotFound as e:
+            reply = _error("not_found", str(e))
+        except StewardError as e:
+            log.warning("blob request from %s failed: %s", conn.peer, e)
+            reply = _error("failed", str(e))
+        except Exception as e:
+            log.exception("blob request %r from %s failed unexpectedly",
+                          str(request.get("op"))[:40], conn.peer)
+            reply = _error("internal", type(e).__name__)
+        conn.send(reply)
+        return True
+
+    def _bad_request(self, conn: _Connection, error: Exception) -> None:
+        self._count("bad_requests")
+        log.warning("bad blob request from %s: %s", conn.peer, error)
+
+    def _dispatch(self, conn: _Connection, request: dict[str, Any]) -> bool:
+        op = request.get("op")
+        if not isinstance(op, str) or not op:
+            raise BlobProtocolError(f"request needs an 'op' string, got {op!r:.60}")
+        if op == "get":
+            return self._send_blob(conn, request)
+        fields_ = self._on_message(op, request)
+        if not isinstance(fields_, dict):
+            raise TypeError(f"on_message({op!r}) returned {type(fields_).__name__}, not a dict")
+        conn.send({**fields_, "ok": True})
+        return True
+
+    def _send_blob(self, conn: _Connection, request: dict[str, Any]) -> bool:
+        key = BlobKey.parse(request.get("key"))
+        scope = validate_scope_id(request.get("scope"))
+        blob = self._locate(key, scope)
+        try:
+            file = open(blob.path, "rb")  # before the header: a vanished file is not_found
+        except FileNotFoundError:
+            raise BlobNotFound(f"blob {key} of scope {scope} was deleted before it could be "
+                               "served; put it again") from None
+        with file:
+            sent = conn.send({"ok": True, "size": blob.size, "crc32c": blob.crc32c}, file,
+                             blob.size)
+        if sent < blob.size:
+            # The header promised more than the file holds; the only honest signal left is
+            # to end the stream, which the client reports as a truncated blob.
+            log.warning("blob %s of scope %s: %s holds %d bytes, %d were announced; closing "
+                        "the connection from %s", key, scope, blob.path, sent, blob.size,
+                        conn.peer)
+            return False
+        self._count("blobs_served")
+        self._count("bytes_served", sent)
+        return True
