@@ -1,0 +1,290 @@
+"""The driver's side of the blob service without Spark: stores, ledger and deletions.
+
+:class:`BlobDepot` puts blobs (local store first, then the HA copy; the put returns only when
+every configured store has it), locates them for the server (restoring a missing local copy
+from HA), feeds the pure :class:`~spark_steward.lifecycle.blob_ledger.BlobLedger` and carries
+out the deletions it decides. A deletion that fails is kept and retried at every tick until it
+succeeds; what is still left at application end stays in storage for the next attach or
+``spark-steward gc``, never forgotten.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from spark_steward.blob.keys import APPLICATION_SCOPE, BlobKey, BlobKind, BlobRef, \
+    validate_scope_id
+from spark_steward.blob.server import LocatedBlob
+from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
+from spark_steward.errors import BlobNotFound, BlobProtocolError, ChecksumMismatch, \
+    ScopeError, StewardError
+from spark_steward.lifecycle.blob_ledger import BlobLedger, Deletion
+from spark_steward.lifecycle.staged_cleanup import StagedCleanup
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignBlobs:
+    """Blobs in the HA storage that no live application owns (found at attach)."""
+
+    rel: str
+
+
+class BlobDepot:
+    """Everything the driver knows about this application's blobs. Thread-safe."""
+
+    def __init__(self, local: LocalBlobStore, ha: HaBlobStore | None) -> None:
+        self.local = local
+        self.ha = ha
+        self.ledger = BlobLedger()
+        self._refs: dict[tuple[str, BlobKey], BlobRef] = {}
+        self._names: dict[str, tuple[BlobRef, str]] = {}
+        self._verified: dict[tuple[str, BlobKey], tuple[int, int]] = {}
+        self._failed: list[Deletion] = []
+        self._foreign: StagedCleanup[str] = StagedCleanup()
+        self._lock = threading.RLock()
+        self.deleted = 0
+
+    # -- put ---------------------------------------------------------------------------------
+
+    def put_file(self, source: str | os.PathLike[str], *, scope: str = APPLICATION_SCOPE,
+                 kind: BlobKind = BlobKind.PERMANENT, receivers: int = 0, name: str = ""
+                 ) -> BlobRef:
+        self._require_open(scope)
+        if not os.path.isfile(source):
+            raise BlobNotFound(f"cannot put {source}: no such file")
+        digest = self.local.put_file(scope, source)
+        return self._stored(scope, digest.key, digest.crc32c, digest.size, kind, receivers, name)
+
+    def put_bytes(self, data: bytes | bytearray | memoryview, *, scope: str = APPLICATION_SCOPE,
+                  kind: BlobKind = BlobKind.PERMANENT, receivers: int = 0, name: str = ""
+                  ) -> BlobRef:
+        self._require_open(scope)
+        digest = self.local.put_bytes(scope, data)
+        return self._stored(scope, digest.key, digest.crc32c, digest.size, kind, receivers, name)
+
+    def _require_open(self, scope: str) -> None:
+        with self._lock:
+            if scope not in self.ledger.scopes() or self.ledger.is_closed(scope):
+                raise ScopeError(f"scope {scope} is not open: blobs go into the application "
+                                 "scope or a scope opened with spark_steward.scope(name)")
+
+    def _stored(self, scope: str, key: BlobKey, crc: int, size: int, kind: BlobKind,
+                receivers: int, name: str) -> BlobRef:
+        if self.ha is not None:
+            # Acknowledged only once the durable copy exists too.
+            self.ha.put(scope, key, self.local.path(scope, key))
+        ref = BlobRef(key, scope, kind, size, crc, name)
+        with self._lock:
+            self.ledger.put(scope, key.digest, transient=kind is BlobKind.TRANSIENT,
+                            receivers=receivers)
+            known = self._refs.get((scope, key))
+            if known is not None and known.kind is BlobKind.PERMANENT:
+                ref = BlobRef(key, scope, BlobKind.PERMANENT, size, crc, name or known.name)
+            self._refs[(scope, key)] = ref
+            self._verified[(scope, key)] = self._identity(self.local.path(scope, key))
+        log.debug("put blob %s (%s, %d bytes) in scope %s", key.short, kind.value, size, scope)
+        return ref
+
+    # -- serve -------------------------------------------------------------------------------
+
+    def ref(self, scope: str, key: BlobKey) -> BlobRef:
+        with self._lock:
+            ref = self._refs.get((scope, key))
+        if ref is None:
+            raise BlobNotFound(f"blob {key} is not in scope {scope} (never put, or deleted with "
+                               "its scope)")
+        return ref
+
+    def locate(self, key: BlobKey, scope: str) -> LocatedBlob:
+        """A verified local copy for the server; restored from HA when the local one is gone."""
+        ref = self.ref(scope, key)
+        path = self.local.path(scope, key)
+        with self._lock:
+            if self._verified.get((scope, key)) == self._identity(path):
+                return LocatedBlob(str(path), ref.size, ref.crc32c)
+            if not self.local.verify(scope, key, ref.crc32c, ref.size):
+                self._restore(ref)
+            self._verified[(scope, key)] = self._identity(path)
+        return LocatedBlob(str(path), ref.size, ref.crc32c)
+
+    def _restore(self, ref: BlobRef) -> None:
+        if self.ha is None:
+            raise BlobNotFound(f"local copy of blob {ref.key} ({ref.scope}) is missing or corrupt "
+                               "and there is no HA copy (spark.steward.storage.dir not set)")
+        ha = self.ha
+        log.warning("restoring blob %s (%s) from %s", ref.key.short, ref.scope,
+                    ha.url_of(ref.scope, ref.key))
+        try:
+            self.local.install(ref.scope, ref.key, ref.crc32c, ref.size,
+                               lambda tmp: ha.download(ref.scope, ref.key, tmp))
+        except FileNotFoundError:
+            raise BlobNotFound(f"blob {ref.key} ({ref.scope}) is gone from the local store and "
+                               f"from {ha.url_of(ref.scope, ref.key)}") from None
+        except ChecksumMismatch as exc:
+            raise BlobNotFound(f"HA copy of blob {ref.key} is corrupt: {exc}") from None
+
+    @staticmethod
+    def _identity(path: Path) -> tuple[int, int]:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return (-1, -1)
+        return (st.st_ino, st.st_mtime_ns)
+
+    def register_file(self, name: str, ref: BlobRef, form: str) -> None:
+        """Makes ``ref`` reachable by ``SparkFiles.get(name)`` (transparent mode).
+
+        As in Spark, a name cannot be given to different content; the same content again is
+        accepted and changes nothing.
+        """
+        with self._lock:
+            known = self._names.get(name)
+            if known is not None and (known[0].key, known[1]) != (ref.key, form):
+                raise ScopeError(f"a different file was already added as {name!r} "
+                                 f"(blob {known[0].key.short}); Spark does not allow replacing "
+                                 "an added file")
+            # Spark keeps added files for the whole application: so does the scope's pin.
+            self.ledger.pin(ref.scope, ref.key.digest)
+            self._names[name] = (ref, form)
+
+    def resolve(self, name: str) -> tuple[BlobRef, str]:
+        with self._lock:
+            found = self._names.get(name)
+        if found is None:
+            raise BlobNotFound(f"no file named {name!r} was added through spark-steward")
+        return found
+
+    def handle_message(self, op: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The blob server's non-download requests from executors."""
+        if op == "use":
+            scope = validate_scope_id(body.get("scope"))
+            key = BlobKey.parse(body.get("key"))
+            stage, task = body.get("stage"), body.get("task")
+            if not isinstance(stage, int) or not isinstance(task, int):
+                raise BlobProtocolError("use needs integer 'stage' and 'task'")
+            with self._lock:
+                bound = self.ledger.bind(scope, key.digest, stage)
+                if body.get("received") is True:
+                    self.ledger.received(scope, key.digest, task)
+            return {"bound": bound}
+        if op == "resolve":
+            name = body.get("name")
+            if not isinstance(name, str) or not name or len(name) > 1024:
+                raise BlobProtocolError("resolve needs a 'name' string of 1-1024 characters")
+            ref, form = self.resolve(name)
+            return {"ref": ref.to_wire(), "form": form}
+        raise BlobProtocolError(f"unknown op {op!r}")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def open_scope(self, scope: str) -> None:
+        with self._lock:
+            self.ledger.open_scope(scope)
+
+    def close_scope(self, scope: str) -> None:
+        with self._lock:
+            self._apply(self.ledger.close_scope(scope))
+
+    def job_started(self, job_id: int, scope: str, stage_ids: Iterable[int]) -> None:
+        with self._lock:
+            self.ledger.job_started(job_id, scope, stage_ids)
+
+    def job_ended(self, job_id: int, succeeded: bool) -> None:
+        with self._lock:
+            self._apply(self.ledger.job_ended(job_id, succeeded))
+
+    def task_ended(self, task_id: int, succeeded: bool) -> None:
+        with self._lock:
+            deletions = self.ledger.task_ended(task_id, succeeded)
+            if deletions:
+                self._apply(deletions)
+
+    def tick(self) -> None:
+        """One staged-cleanup period: due blobs, failed deletions, foreign leftovers."""
+        with self._lock:
+            retry, self._failed = self._failed, []
+            self._apply(retry + self.ledger.tick())
+            for rel in self._foreign.tick():
+                self._delete_foreign(rel)
+
+    def end_application(self) -> None:
+        """Deletes every scope, local and HA, and what foreign blobs were taken over."""
+        with self._lock:
+            retry, self._failed = self._failed, []
+            self._apply(retry + self.ledger.end_application())
+            for rel in self._foreign.drain():
+                self._delete_foreign(rel)
+            self.local.delete_all()
+            if self.ha is not None:
+                try:
+                    self.ha.delete_all()
+                except StewardError as exc:
+                    log.warning("blobs of %s left in %s (the next attach or `spark-steward gc` "
+                                "removes them): %s", self.ha.app_id, self.ha.storage.url, exc)
+
+    def adopt_foreign(self, rels: Iterable[str]) -> None:
+        """Blob folders of applications that are no longer alive enter staged cleanup."""
+        with self._lock:
+            for rel in rels:
+                self._foreign.stage(rel)
+
+    def _delete_foreign(self, rel: str) -> None:
+        assert self.ha is not None
+        try:
+            self.ha.storage.delete(rel)
+            log.info("deleted blobs of a dead application: %s", self.ha.storage.url_of(rel))
+        except StewardError as exc:
+            log.warning("could not delete %s (retried next period): %s", rel, exc)
+            self._foreign.stage(rel)
+
+    def _apply(self, deletions: Iterable[Deletion]) -> None:
+        for deletion in deletions:
+            try:
+                self._delete(deletion)
+                self.deleted += 1
+            except (StewardError, OSError) as exc:
+                log.warning("deleting blob %s/%s failed (retried next period): %s",
+                            deletion.scope, deletion.key or "*", exc)
+                self._failed.append(deletion)
+
+    def _delete(self, deletion: Deletion) -> None:
+        scope = deletion.scope
+        if deletion.key is None:
+            for known in [k for k in self._refs if k[0] == scope]:
+                self._forget(known)
+            self._names = {n: r for n, r in self._names.items() if r[0].scope != scope}
+            self.local.delete_scope(scope)
+            if self.ha is not None:
+                self.ha.delete_scope(scope)
+            log.info("deleted blob scope %s (%s)", scope, deletion.reason)
+            return
+        key = BlobKey(deletion.key)
+        self._forget((scope, key))
+        self._names = {n: r for n, r in self._names.items()
+                       if (r[0].scope, r[0].key) != (scope, key)}
+        self.local.delete(scope, key)
+        if self.ha is not None:
+            self.ha.delete(scope, key)
+        log.debug("deleted blob %s/%s (%s)", scope, key.short, deletion.reason)
+
+    def _forget(self, known: tuple[str, BlobKey]) -> None:
+        self._refs.pop(known, None)
+        self._verified.pop(known, None)
+
+    # -- views -------------------------------------------------------------------------------
+
+    def refs(self) -> list[BlobRef]:
+        with self._lock:
+            return sorted(self._refs.values(), key=lambda r: (r.scope, r.key))
+
+    def pending_deletions(self) -> int:
+        with self._lock:
+            return len(self._failed) + len(self._foreign)
+
