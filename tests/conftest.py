@@ -7,11 +7,33 @@ import os
 import shutil
 import tempfile
 
-# Before any JVM starts: local-cluster workers write under SPARK_WORKER_DIR (else inside the
-# pyspark install), and a developer's SPARK_CONF_DIR must not leak into the tests.
+# Before any JVM starts: a developer's SPARK_CONF_DIR must not leak into the tests.
 _WORK = tempfile.mkdtemp(prefix="spark-steward-tests-")
-atexit.register(shutil.rmtree, _WORK, True)  # worker dirs, storage, local dirs of this run
+atexit.register(shutil.rmtree, _WORK, True)  # storage and local dirs of this run
 os.environ["SPARK_WORKER_DIR"] = os.path.join(_WORK, "worker")
+
+
+def _spark_work_dir() -> str | None:
+    """local-cluster ignores SPARK_WORKER_DIR and puts executor dirs in <SPARK_HOME>/work."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return None
+    return os.path.join(os.environ.get("SPARK_HOME") or os.path.dirname(spec.origin), "work")
+
+
+def _remove_new_executor_dirs(work: str | None, before: frozenset[str]) -> None:
+    if work is None or not os.path.isdir(work):
+        return
+    for name in set(os.listdir(work)) - before:
+        if name.startswith("app-"):
+            shutil.rmtree(os.path.join(work, name), ignore_errors=True)
+
+
+_SPARK_WORK = _spark_work_dir()
+atexit.register(_remove_new_executor_dirs, _SPARK_WORK, frozenset(
+    os.listdir(_SPARK_WORK) if _SPARK_WORK and os.path.isdir(_SPARK_WORK) else ()))
 os.environ.pop("SPARK_CONF_DIR", None)
 os.environ.pop("SPARK_REMOTE", None)
 os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))

@@ -15,9 +15,41 @@ if TYPE_CHECKING:
     from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
 
+    from contextlib import AbstractContextManager as ContextManager
+
+    from spark_steward.spark.blob_service import Scope
     from spark_steward.spark.runtime import DriverRuntime
 
-__all__ = ["__version__", "attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path"]
+__all__ = ["__version__", "attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path",
+           "blobs", "scope"]
+
+
+def __getattr__(name: str) -> Any:
+    # ``spark_steward.blobs`` is imported on first use: plain jobs never pay for it.
+    if name == "blobs":
+        import importlib
+
+        return importlib.import_module("spark_steward.blobs")
+    raise AttributeError(f"module 'spark_steward' has no attribute {name!r}")
+
+
+def scope(name: str) -> "ContextManager[Scope]":
+    """Opens a named owner scope on this thread for blobs and the Spark jobs submitted in it.
+
+    >>> with spark_steward.scope("nightly") as s:       # doctest: +SKIP
+    ...     ref = spark_steward.blobs.put(path)
+    ...     df.count()
+    ... # closed: its blobs are deleted once its last job has ended
+
+    Jobs submitted on this thread while it is open carry its id (the local property
+    ``spark.steward.scope``); blobs put meanwhile belong to it. When the scope is closed and
+    its last job has ended, its blobs are deleted at once, locally and in HA, whatever their
+    reference counts say.
+    """
+    from contextlib import contextmanager
+
+    service = runtime().service("blobs")
+    return contextmanager(service.scoped)(name)
 
 
 def attach(spark: Any = None) -> "DriverRuntime":
@@ -59,7 +91,9 @@ def bootstrap(data: "RDD[Any] | DataFrame") -> "RDD[Any]":
 
     rdd: Any = data if hasattr(data, "mapPartitions") else data.rdd  # type: ignore[union-attr]
     spark = getattr(data, "sparkSession", None)
-    return _bootstrap(rdd, runtime(spark).context_broadcast)
+    broadcast = runtime(spark).context_broadcast
+    assert broadcast is not None, "the runtime broadcasts its context when it starts"
+    return _bootstrap(rdd, broadcast)
 
 
 def jar_path() -> str:

@@ -163,6 +163,43 @@ HEARTBEAT_TIMEOUT = _key(
     "spark.steward.heartbeat.timeout", DURATION, "2min",
     "A running application whose heartbeat is older than this is taken as crashed (on the "
     "driver's own host a vanished driver process counts as crashed at once).", minimum=0.01)
+BLOB_RETENTION_INTERVAL = _key(
+    "spark.steward.blob.retention.interval", DURATION, "30min",
+    "Staged cleanup period of blobs (FLIP-19 `blob.retention.interval`): an unreferenced blob, "
+    "and a blob put before any job used it, stays at least this long and at most twice this "
+    "long; re-use in that window rescues it.", minimum=0.001)
+BLOB_HA = _key(
+    "spark.steward.blob.ha", BOOL, "true",
+    "When the storage dir is set explicitly, every blob is also written there (HA "
+    "copy) before its put returns, and executors read it from there before asking the driver. "
+    "The embedded default storage is never used for HA copies.")
+BLOB_SERVER_PORT = _key(
+    "spark.steward.blob.server.port", INT, "0",
+    "Port of the driver's blob server (0 picks a free one). It binds to `spark.driver.host`.",
+    minimum=0)
+BLOB_SERVER_MAX_CONNECTIONS = _key(
+    "spark.steward.blob.server.max-connections", INT, "64",
+    "Most concurrent blob server connections; more are refused with an error reply.", minimum=1)
+BLOB_SERVER_MAX_FRAME = _key(
+    "spark.steward.blob.server.max-frame", SIZE, "64k",
+    "Largest request frame the blob server reads; a larger declared length gets an error reply "
+    "and the connection is closed.", minimum=256)
+BLOB_NETWORK_TIMEOUT = _key(
+    "spark.steward.blob.network-timeout", DURATION, "60s",
+    "Socket timeout of blob server connections on both sides.", minimum=0.01)
+BLOB_FETCH_ATTEMPTS = _key(
+    "spark.steward.blob.fetch.attempts", INT, "3",
+    "How often an executor tries each source (HA store, blob server) before a blob read fails.",
+    minimum=1)
+BLOB_SAME_HOST_LINK = _key(
+    "spark.steward.blob.cache.same-host-link", BOOL, "true",
+    "Executors on the driver's host hard-link the driver's verified copy into their cache "
+    "instead of transferring it (then verify it like any other copy). `false` makes them use "
+    "the HA store and the blob server as on any other host.")
+BLOB_TRANSPARENT = _key(
+    "spark.steward.blob.transparent", BOOL, "true",
+    "Routes `sc.addFile`, `sc.addArchive` and `SparkFiles.get` of sessions with spark-steward on "
+    "through the blob service (verified, cached, cleaned up).")
 STORAGE_OPTIONS_DOC = (
     "`spark.steward.storage.option.<name>`", "string", "(none)",
     "Passed to the fsspec filesystem of the storage dir as keyword `<name>`, e.g. "

@@ -29,10 +29,19 @@ _broadcast_for: Callable[["SparkContext"], "Broadcast[executor.ExecutorContext] 
 _original_prepare: Callable[..., Any] | None = None
 
 
+_hooks_installed = False
+
+
 def _install_and_return(context_broadcast: "Broadcast[executor.ExecutorContext]",
                         command: Any) -> Any:
     """Runs on the executor while the command is unpickled."""
+    global _hooks_installed
     executor.install_context(context_broadcast.value)
+    if not _hooks_installed:
+        from spark_steward.spark.files import install_sparkfiles_hook
+
+        install_sparkfiles_hook()
+        _hooks_installed = True
     return command
 
 

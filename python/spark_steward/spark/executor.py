@@ -70,7 +70,8 @@ class ExecutorRuntime:
         self.created_at = time.time()
         self.work_dir = Path(context.local_dir) / context.app_id
         self._components: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        # Reentrant: a component's factory may register task-end hooks.
+        self._lock = threading.RLock()
         self._task_end_hooks: list[TaskHook] = []
         self.tasks_entered = 0
         self.tasks_exited = 0

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from spark_steward import __version__
 from spark_steward.applications import ApplicationRegistry
-from spark_steward.config import (ENABLED, EVENTS_BATCH_SIZE, EVENTS_POLL_INTERVAL,
+from spark_steward.config import (BLOB_TRANSPARENT, ENABLED, EVENTS_BATCH_SIZE, EVENTS_POLL_INTERVAL,
                                   HEARTBEAT_TIMEOUT, PREFIX, SHIM_JAR,
                                   StewardConf)
 from spark_steward.errors import DisabledForSession, NotAttached, SetupError
-from spark_steward.spark import bootstrap, session
+from spark_steward.spark import bootstrap, files, session
+from spark_steward.spark.blob_service import BlobService
 from spark_steward.spark.dispatch import EventDispatcher
 from spark_steward.spark.executor import ExecutorContext
 from spark_steward.spark.heartbeat import ApplicationHeartbeat
@@ -79,8 +80,9 @@ class DriverRuntime:
             driver_host=self.jvm.driver_host(),
             conf={k: v for k, v in pairs if k.startswith(PREFIX)},
         )
-        self.context_broadcast: "Broadcast[ExecutorContext]" = sc.broadcast(self.context)
-        self.services: list[RuntimeService] = [ApplicationHeartbeat()]
+        # Broadcast in start(), once services (the blob server's port) have filled it in.
+        self.context_broadcast: "Broadcast[ExecutorContext] | None" = None
+        self.services: list[RuntimeService] = [ApplicationHeartbeat(), BlobService()]
         self.services += [factory() for _, factory in service_factories()]
         self._stopped = False
         self._lock = threading.Lock()
@@ -97,6 +99,7 @@ class DriverRuntime:
             for service in reversed(started):
                 self._stop_service(service)
             raise
+        self.context_broadcast = self.sc.broadcast(self.context)
         self.pump.start()
         log.info("spark-steward %s attached to %s (storage %s)", self.steward_version,
                  self.app_id, self.storage.url)
@@ -253,4 +256,14 @@ def install_patches() -> None:
         stop.__wrapped__ = original_stop  # type: ignore[attr-defined]
         SparkContext.stop = stop  # type: ignore[method-assign]
         bootstrap.install_command_hook(_broadcast_for)
+        files.install_context_hooks(files.TransparentFiles(_blob_service_for))
         _patched = True
+
+
+def _blob_service_for(sc: "SparkContext") -> Any:
+    """The blob service when transparent file handling is on for ``sc``'s session in use."""
+    runtime = current_runtime()
+    if runtime is None or runtime.sc is not sc or not runtime.enabled_for(None) \
+            or not runtime.conf.get(BLOB_TRANSPARENT):
+        return None
+    return runtime.service("blobs")

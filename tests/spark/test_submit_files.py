@@ -1,0 +1,34 @@
+"""An unmodified script using addFile / addArchive / SparkFiles, run with the conf flags alone:
+same results, served by the blob service, and nothing of the application left afterwards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.spark.conftest import LOCAL_DIR, SCRIPTS, run_spark_submit, steward_conf
+
+pytestmark = pytest.mark.spark
+
+
+def test_unmodified_add_file_script_runs_through_the_blob_service(tmp_path: Path) -> None:
+    storage = tmp_path / "storage"
+    out = tmp_path / "out.json"
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run_spark_submit(SCRIPTS / "files_job.py", steward_conf(storage), str(work),
+                              str(out))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    job = json.loads(out.read_text())
+    app_id = job["app_id"]
+    assert {tuple(r[1:]) for r in job["rows"]} == {("hello\n", "1,2\n")}
+    # Served from the application's folder by spark-steward, under Spark's own file name.
+    for path, _, _ in job["rows"]:
+        assert path.startswith(str(LOCAL_DIR / app_id / "files")), path
+        assert Path(path).name == "vocab.txt"
+    # After spark.stop(): nothing of the application locally or in the HA storage.
+    assert not (LOCAL_DIR / app_id).exists()
+    assert not (storage / "apps" / app_id / "blobs").exists()
+    assert sorted(p.name for p in (storage / "apps").iterdir()) in ([], [app_id])
