@@ -505,3 +505,47 @@ def test_good_client_is_served_during_a_storm_of_bad_requests(
     assert sum(sent) >= 20
     wait_for(lambda: srv.stats.bad_requests + srv.stats.auth_failures == sum(sent))
     assert srv.stats.blobs_served == fetches
+
+
+# -- the in-kernel path: bodies spliced straight into a real file ---------------------------------
+
+def test_fetch_into_a_real_file_is_spliced_and_verified(
+        server: tuple[BlobServer, tuple[str, int]], key: BlobKey, blob_data: tuple[Path, bytes],
+        tmp_path: Path) -> None:
+    _, (host, port) = server
+    target = tmp_path / "out.bin"
+    with BlobClient(host, port, SECRET) as client, open(target, "wb") as out:
+        out.write(b"head")  # the body lands after what the file already holds
+        size, crc = client.fetch(key, SCOPE, out)
+        out.write(b"tail")
+    assert (size, crc) == (len(blob_data[1]), crc32c.crc32c(blob_data[1]))
+    assert target.read_bytes() == b"head" + blob_data[1] + b"tail"
+
+
+def test_spliced_fetch_detects_a_wrong_crc_and_a_short_body(
+        server: tuple[BlobServer, tuple[str, int]], blobs: Blobs, key: BlobKey,
+        blob_data: tuple[Path, bytes], tmp_path: Path) -> None:
+    _, (host, port) = server
+    real = crc32c.crc32c(blob_data[1])
+    wrong = blobs.add(blob_data[0], crc=real ^ 1, key="d" * 64)
+    short = blobs.add(blob_data[0], size=len(blob_data[1]) + 100, key="e" * 64)
+    with BlobClient(host, port, SECRET) as client:
+        with open(tmp_path / "a", "wb") as out, pytest.raises(ChecksumMismatch, match=str(wrong)):
+            client.fetch(wrong, SCOPE, out)
+        with open(tmp_path / "b", "wb") as out, \
+                pytest.raises(BlobProtocolError, match=f"truncated blob {short}"):
+            client.fetch(short, SCOPE, out)
+        with open(tmp_path / "c", "wb") as out:
+            assert client.fetch(key, SCOPE, out)[1] == real
+    assert (tmp_path / "c").read_bytes() == blob_data[1]
+
+
+def test_fetch_into_an_append_mode_file_falls_back_and_appends(
+        server: tuple[BlobServer, tuple[str, int]], key: BlobKey, blob_data: tuple[Path, bytes],
+        tmp_path: Path) -> None:
+    _, (host, port) = server
+    target = tmp_path / "log.bin"
+    target.write_bytes(b"head")
+    with BlobClient(host, port, SECRET) as client, open(target, "ab") as out:
+        assert client.fetch(key, SCOPE, out)[0] == len(blob_data[1])  # splice refuses O_APPEND
+    assert target.read_bytes() == b"head" + blob_data[1]
