@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +139,8 @@ class BlobCache:
                                 ref, name, attempt, src.attempts, exc)
                     if isinstance(exc, BlobNotFound):
                         break
+                    if attempt < src.attempts:
+                        time.sleep(min(2.0, 0.1 * 2 ** attempt))  # a brief network hiccup
         raise BlobNotFound(f"blob {ref.key} ({ref.scope}) could not be fetched: "
                            + ("; ".join(errors) or "no source configured"))
 
@@ -263,6 +266,7 @@ class BlobCache:
             os.close(fd)
         self._refs.forget(entry)
         self._verified.pop(entry, None)
+        self._key_locks.pop(entry, None)
         self.stats["deleted"] += 1
         log.debug("blob cache entry %s removed", blob_relpath(scope, key))
         return True
