@@ -1,8 +1,11 @@
 """An ordinary PySpark job. It never imports spark-steward: the conf flags that
 examples/demo.py passes to spark-submit are all it takes to run under spark-steward."""
 
+import os
 import sys
+import tempfile
 
+from pyspark import SparkFiles
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
@@ -16,11 +19,24 @@ def shout(word):
     return word.upper() + "!"
 
 
+def without_stopwords(words):
+    # SparkFiles.get as in any Spark job; under spark-steward the file is a verified blob.
+    with open(SparkFiles.get("stopwords.txt")) as f:
+        stop = set(f.read().split())
+    return (w for w in words if w not in stop)
+
+
 def main() -> int:
     spark = SparkSession.builder.appName("spark-steward-demo").getOrCreate()
     sc = spark.sparkContext
+    stopwords = os.path.join(tempfile.mkdtemp(prefix="demo-"), "stopwords.txt")
+    with open(stopwords, "w") as f:
+        f.write("it even after until\n")
+    sc.addFile(stopwords)
     counts = (sc.parallelize(range(200_000), 8)
-              .map(lambda i: (WORDS[(i * 7919) % len(WORDS)], 1))
+              .map(lambda i: WORDS[(i * 7919) % len(WORDS)])
+              .mapPartitions(without_stopwords)
+              .map(lambda w: (w, 1))
               .reduceByKey(lambda a, b: a + b)
               .collect())
     print(f"[demo] {sum(c for _, c in counts)} words, {len(counts)} distinct, "
