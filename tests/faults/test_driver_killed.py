@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.storage import Storage
-from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
+from tests.spark.conftest import SCRIPTS, BackgroundJob, steward_conf
 
 pytestmark = pytest.mark.spark
 
@@ -23,22 +22,13 @@ pytestmark = pytest.mark.spark
 def test_sigkilled_driver_is_seen_as_crashed(tmp_path: Path) -> None:
     storage = tmp_path / "storage"
     out = tmp_path / "out.json"
-    import threading
-
-    result: dict[str, subprocess.CompletedProcess[str]] = {}
-    runner = threading.Thread(target=lambda: result.setdefault(
-        "r", run_spark_submit(SCRIPTS / "plain_job.py", steward_conf(storage), str(out),
-                              "--sleep", "300")))
-    runner.start()
-    deadline = time.monotonic() + 180
-    while not out.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert out.exists(), "the job never got going"
-    job = json.loads(out.read_text())
+    runner = BackgroundJob(SCRIPTS / "plain_job.py", steward_conf(storage), out, "--sleep",
+                           "300")
+    job = runner.wait_for_output()
     registry = ApplicationRegistry(Storage.from_url(storage.as_uri()), heartbeat_timeout=600)
     assert registry.liveness(registry.read(job["app_id"])) is Liveness.LIVE
     os.kill(job["pid"], signal.SIGKILL)
-    runner.join(120)
+    runner.thread.join(120)
     record = registry.read(job["app_id"])
     assert record is not None and not record.finished
     # Same host, driver process gone: crashed at once, long before the heartbeat goes stale.

@@ -130,3 +130,27 @@ def run_spark_submit(script: Path, flags: list[str], *args: str, timeout: float 
     full_env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     full_env.update(env or {})
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+class BackgroundJob:
+    """A spark-submit run in a thread, for scripts that write a JSON file and keep running
+    (until killed): :meth:`wait_for_output` returns what they wrote."""
+
+    def __init__(self, script: Path, flags: list[str], out: Path, *args: str,
+                 timeout: float = 400) -> None:
+        self.out = out
+        self.result: list[subprocess.CompletedProcess[str]] = []
+        self.thread = threading.Thread(target=lambda: self.result.append(
+            run_spark_submit(script, flags, str(out), *args, timeout=timeout)))
+        self.thread.start()
+
+    def wait_for_output(self, timeout: float = 180) -> dict[str, Any]:
+        import json
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.thread.is_alive():
+            try:
+                return json.loads(self.out.read_text())  # type: ignore[no-any-return]
+            except (FileNotFoundError, ValueError):  # not there yet, or half written
+                time.sleep(0.2)
+        raise AssertionError(f"{self.out.name} never appeared: {self.result!r:.3000}")

@@ -23,25 +23,12 @@ from spark_steward.cli import ProgressBar, main
 from spark_steward.errors import StorageError
 from spark_steward.storage import Storage
 from tests.unit.conftest import FakeClock
+from tests.unit.test_cli import _assert_one_error_line, _run
 
 LIVE, DONE, STALE, ORPHAN, TORN = "app-live", "app-done", "app-stale", "app-orphan", "app-torn"
 DEAD = (DONE, STALE)
 KEPT = (LIVE, ORPHAN, TORN)
 
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def _assert_one_error_line(code: int, out: str, err: str, *needles: str) -> None:
-    assert code == 2
-    assert out == ""
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for needle in needles:
-        assert needle in lines[0]
 
 
 def _put(storage: Storage, app: str, scope: str, content: bytes) -> StoredBlob:
