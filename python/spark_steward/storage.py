@@ -167,7 +167,8 @@ class Storage:
         except OSError as exc:
             if self.is_local:
                 raise StorageError(f"could not write {self.url_of(rel)}: {exc}") from exc
-            raise OutcomeUnknown(f"upload of {self.url_of(rel)} may not have landed: {exc}") from exc
+            raise OutcomeUnknown(f"upload of {self.url_of(rel)} may not have landed: "
+                                 f"{exc}") from exc
 
     def open_read(self, rel: str) -> BinaryIO:
         """A binary stream of ``rel``; FileNotFoundError when absent."""

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from spark_steward import __version__
 from spark_steward.applications import ApplicationRegistry
-from spark_steward.config import (BLOB_TRANSPARENT, ENABLED, EVENTS_BATCH_SIZE, EVENTS_POLL_INTERVAL,
-                                  HEARTBEAT_TIMEOUT, PREFIX, SHIM_JAR,
+from spark_steward.config import (BLOB_TRANSPARENT, ENABLED, EVENTS_BATCH_SIZE,
+                                  EVENTS_POLL_INTERVAL, HEARTBEAT_TIMEOUT, PREFIX, SHIM_JAR,
                                   StewardConf)
 from spark_steward.errors import DisabledForSession, NotAttached, SetupError
 from spark_steward.spark import bootstrap, files, session
