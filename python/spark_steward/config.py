@@ -178,7 +178,7 @@ BLOB_SERVER_PORT = _key(
     "Port of the driver's blob server (0 picks a free one). It binds to `spark.driver.host`.",
     minimum=0)
 BLOB_SERVER_MAX_CONNECTIONS = _key(
-    "spark.steward.blob.server.max-connections", INT, "64",
+    "spark.steward.blob.server.max-connections", INT, "256",
     "Most concurrent blob server connections; more are refused with an error reply.", minimum=1)
 BLOB_SERVER_MAX_FRAME = _key(
     "spark.steward.blob.server.max-frame", SIZE, "64k",

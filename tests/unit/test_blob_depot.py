@@ -131,12 +131,68 @@ def test_foreign_blobs_are_deleted_after_two_ticks_or_at_the_end(
         depot: BlobDepot, ha_storage: Storage) -> None:
     ha_storage.write_atomic("apps/dead-1/blobs/_app/x", b"1")
     ha_storage.write_atomic("apps/dead-2/blobs/_app/y", b"2")
-    depot.adopt_foreign(["apps/dead-1/blobs"])
+    depot.adopt_foreign(["apps/dead-1/blobs"], lambda rel: True)
     depot.tick()
     assert ha_storage.exists("apps/dead-1/blobs/_app/x")
     depot.tick()
     assert not ha_storage.exists("apps/dead-1/blobs")
-    depot.adopt_foreign(["apps/dead-2/blobs"])
+    depot.adopt_foreign(["apps/dead-2/blobs"], lambda rel: True)
     depot.end_application()
     assert not ha_storage.exists("apps/dead-2/blobs")
     assert not ha_storage.exists("apps/app-1/blobs")
+
+
+def test_retried_scope_sweep_spares_a_blob_put_since(depot: BlobDepot,
+                                                     ha_storage: FlakyStorage) -> None:
+    old = depot.put_bytes(b"old" * 100)
+    depot.tick()
+    ha_storage.failures = 1  # the whole-scope sweep of _app fails once
+    depot.tick()
+    assert depot.pending_deletions() == 1
+    new = depot.put_bytes(b"new" * 100)
+    depot.register_file("new.txt", new, "file")  # referenced for good
+    depot.tick()  # the retry becomes a delete of _app's untracked files
+    depot.tick()
+    assert Path(depot.locate(new.key, new.scope).path).read_bytes() == b"new" * 100
+    assert ha_storage.exists(f"apps/app-1/blobs/_app/{new.key}")
+    assert not depot.local.path(old.scope, old.key).exists()
+    assert not ha_storage.exists(f"apps/app-1/blobs/_app/{old.key}")
+
+
+def test_retried_delete_spares_the_same_content_put_again(depot: BlobDepot,
+                                                          ha_storage: FlakyStorage) -> None:
+    ref = depot.put_bytes(DATA)
+    depot.tick()
+    depot.put_bytes(b"other")  # so the sweep is per key, not the whole scope
+    ha_storage.failures = 1
+    depot.tick()
+    assert depot.pending_deletions() == 1
+    again = depot.put_bytes(DATA)
+    depot.tick()
+    assert Path(depot.locate(again.key, again.scope).path).read_bytes() == DATA
+
+
+def test_deletions_wait_while_a_put_writes_into_the_scope(depot: BlobDepot) -> None:
+    ref = depot.put_bytes(DATA)
+    depot.tick()
+    with depot._putting_into("_app"):
+        depot.tick()  # due now, but a put is in progress there
+        assert depot.local.path(ref.scope, ref.key).exists()
+    depot.tick()
+    assert not depot.local.path(ref.scope, ref.key).exists()
+
+
+def test_a_foreign_folder_whose_application_came_back_is_kept(depot: BlobDepot,
+                                                              ha_storage: Storage) -> None:
+    ha_storage.write_atomic("apps/slow-1/blobs/_app/x", b"1")
+    depot.adopt_foreign(["apps/slow-1/blobs"], lambda rel: False)
+    depot.tick()
+    depot.tick()
+    depot.end_application()
+    assert ha_storage.exists("apps/slow-1/blobs/_app/x")
+
+
+def test_put_after_the_application_ended_is_a_scope_error(depot: BlobDepot) -> None:
+    depot.end_application()
+    with pytest.raises(ScopeError):
+        depot.put_bytes(DATA)

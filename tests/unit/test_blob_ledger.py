@@ -683,6 +683,7 @@ class Model:
     touched: dict[Blob, int] = field(default_factory=dict)  # tick count at last put/bind/job end
     ticks: int = 0
     next_job: int = 0
+    ended: set[int] = field(default_factory=set)          # stages whose jobs all ended
 
     def in_use(self, blob: Blob) -> bool:
         return blob in self.pinned or any(b == blob for b, _ in self.binds)
@@ -707,6 +708,7 @@ class Model:
             self.pinned |= used & self.permanent
         named = {s for _, ss in self.running.values() for s in ss}
         self.binds = {(b, s) for b, s in self.binds if s not in stages or s in named}
+        self.ended |= {s for s in stages if s not in named}
         return scope in self.closing and not self.runs_in(scope)
 
 
@@ -775,6 +777,7 @@ def _apply(ledger: BlobLedger, model: Model, op: tuple[Any, ...]) -> list[Deleti
         if not transient:
             model.permanent.add((scope, key))
     elif name == "start":
+        model.ended -= set(args[1])
         model.running[model.next_job] = (args[0], list(args[1]))
         ledger.job_started(model.next_job, args[0], args[1])
         model.next_job += 1
@@ -789,7 +792,9 @@ def _apply(ledger: BlobLedger, model: Model, op: tuple[Any, ...]) -> list[Deleti
     elif name == "bind":
         blob = (args[0], args[1])
         assert ledger.bind(*args) == (blob in model.alive)
-        if blob in model.alive:
+        named = {s for _, ss in model.running.values() for s in ss}
+        late = args[2] in model.ended and args[2] not in named
+        if blob in model.alive and not late:
             model.binds.add((blob, args[2]))
             if blob in model.permanent:          # a transient count is not changed by a bind
                 model.touched[blob] = model.ticks
@@ -865,3 +870,27 @@ def test_pin_of_an_unknown_blob_is_refused_quietly_and_of_a_transient_loudly() -
     ledger.put("_app", "t", transient=True, receivers=2)
     with pytest.raises(ValueError, match="transient"):
         ledger.pin("_app", "t")
+
+
+def test_late_bind_of_an_ended_stage_pins_nothing() -> None:
+    ledger = BlobLedger()
+    ledger.put("_app", "k", transient=False)
+    ledger.bind("_app", "k", stage_id=5)
+    ledger.job_started(1, "_app", [5])
+    ledger.job_ended(1, succeeded=True)
+    assert ledger.bind("_app", "k", stage_id=5)  # a straggler of stage 5 reports late
+    assert ledger.count("_app", "k") == 0
+    ledger.tick()
+    assert ledger.tick() == [Deletion("_app", None, "staged")]
+    _assert_consistent(ledger)
+
+
+def test_a_stage_reused_by_a_later_job_binds_again() -> None:
+    ledger = BlobLedger()
+    ledger.put("_app", "k", transient=False)
+    ledger.job_started(1, "_app", [5])
+    ledger.job_ended(1, succeeded=True)
+    ledger.job_started(2, "_app", [5, 6])
+    assert ledger.bind("_app", "k", stage_id=5)
+    assert ledger.count("_app", "k") == 1
+    _assert_consistent(ledger)

@@ -10,19 +10,21 @@ succeeds; what is still left at application end stays in storage for the next at
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from spark_steward.blob.keys import APPLICATION_SCOPE, BlobKey, BlobKind, BlobRef, \
     validate_scope_id
 from spark_steward.blob.server import LocatedBlob
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
 from spark_steward.errors import BlobNotFound, BlobProtocolError, ChecksumMismatch, \
-    ScopeError, StewardError
+    InvalidBlobKey, ScopeError, StewardError
 from spark_steward.lifecycle.blob_ledger import BlobLedger, Deletion
 from spark_steward.lifecycle.staged_cleanup import StagedCleanup
 
@@ -47,7 +49,9 @@ class BlobDepot:
         self._names: dict[str, tuple[BlobRef, str]] = {}
         self._verified: dict[tuple[str, BlobKey], tuple[int, int]] = {}
         self._failed: list[Deletion] = []
+        self._putting: Counter[str] = Counter()
         self._foreign: StagedCleanup[str] = StagedCleanup()
+        self._still_dead: Callable[[str], bool] = lambda rel: True
         self._lock = threading.RLock()
         self.deleted = 0
 
@@ -56,24 +60,37 @@ class BlobDepot:
     def put_file(self, source: str | os.PathLike[str], *, scope: str = APPLICATION_SCOPE,
                  kind: BlobKind = BlobKind.PERMANENT, receivers: int = 0, name: str = ""
                  ) -> BlobRef:
-        self._require_open(scope)
         if not os.path.isfile(source):
             raise BlobNotFound(f"cannot put {source}: no such file")
-        digest = self.local.put_file(scope, source)
-        return self._stored(scope, digest.key, digest.crc32c, digest.size, kind, receivers, name)
+        with self._putting_into(scope):
+            digest = self.local.put_file(scope, source)
+            return self._stored(scope, digest.key, digest.crc32c, digest.size, kind, receivers,
+                                name)
 
     def put_bytes(self, data: bytes | bytearray | memoryview, *, scope: str = APPLICATION_SCOPE,
                   kind: BlobKind = BlobKind.PERMANENT, receivers: int = 0, name: str = ""
                   ) -> BlobRef:
-        self._require_open(scope)
-        digest = self.local.put_bytes(scope, data)
-        return self._stored(scope, digest.key, digest.crc32c, digest.size, kind, receivers, name)
+        with self._putting_into(scope):
+            digest = self.local.put_bytes(scope, data)
+            return self._stored(scope, digest.key, digest.crc32c, digest.size, kind, receivers,
+                                name)
 
-    def _require_open(self, scope: str) -> None:
+    @contextlib.contextmanager
+    def _putting_into(self, scope: str) -> Iterator[None]:
+        """While a put writes into ``scope``, deletions there wait for the next period: a
+        sweep must not remove the file of a blob the ledger does not know yet."""
         with self._lock:
             if scope not in self.ledger.scopes() or self.ledger.is_closed(scope):
                 raise ScopeError(f"scope {scope} is not open: blobs go into the application "
                                  "scope or a scope opened with spark_steward.scope(name)")
+            self._putting[scope] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._putting[scope] -= 1
+                if not self._putting[scope]:
+                    del self._putting[scope]
 
     def _stored(self, scope: str, key: BlobKey, crc: int, size: int, kind: BlobKind,
                 receivers: int, name: str) -> BlobRef:
@@ -82,13 +99,20 @@ class BlobDepot:
             self.ha.put(scope, key, self.local.path(scope, key))
         ref = BlobRef(key, scope, kind, size, crc, name)
         with self._lock:
-            self.ledger.put(scope, key.digest, transient=kind is BlobKind.TRANSIENT,
-                            receivers=receivers)
+            try:
+                self.ledger.put(scope, key.digest, transient=kind is BlobKind.TRANSIENT,
+                                receivers=receivers)
+            except ValueError as exc:  # the scope closed or the application ended meanwhile
+                if not self.ledger.is_tracked(scope, key.digest):
+                    self._failed.append(Deletion(scope, key.digest, "put-refused"))
+                raise ScopeError(f"blob {key.short} was not kept: {exc}") from None
             known = self._refs.get((scope, key))
             if known is not None and known.kind is BlobKind.PERMANENT:
                 ref = BlobRef(key, scope, BlobKind.PERMANENT, size, crc, name or known.name)
             self._refs[(scope, key)] = ref
-            self._verified[(scope, key)] = self._identity(self.local.path(scope, key))
+            identity = self._identity(self.local.path(scope, key))
+            if identity is not None:
+                self._verified[(scope, key)] = identity
         log.debug("put blob %s (%s, %d bytes) in scope %s", key.short, kind.value, size, scope)
         return ref
 
@@ -107,11 +131,14 @@ class BlobDepot:
         ref = self.ref(scope, key)
         path = self.local.path(scope, key)
         with self._lock:
-            if self._verified.get((scope, key)) == self._identity(path):
+            identity = self._identity(path)
+            if identity is not None and self._verified.get((scope, key)) == identity:
                 return LocatedBlob(str(path), ref.size, ref.crc32c)
             if not self.local.verify(scope, key, ref.crc32c, ref.size):
                 self._restore(ref)
-            self._verified[(scope, key)] = self._identity(path)
+            identity = self._identity(path)
+            if identity is not None:
+                self._verified[(scope, key)] = identity
         return LocatedBlob(str(path), ref.size, ref.crc32c)
 
     def _restore(self, ref: BlobRef) -> None:
@@ -131,11 +158,12 @@ class BlobDepot:
             raise BlobNotFound(f"HA copy of blob {ref.key} is corrupt: {exc}") from None
 
     @staticmethod
-    def _identity(path: Path) -> tuple[int, int]:
+    def _identity(path: Path) -> tuple[int, int] | None:
+        """Which file ``path`` is now; None when there is none (never counts as verified)."""
         try:
             st = path.stat()
         except FileNotFoundError:
-            return (-1, -1)
+            return None
         return (st.st_ino, st.st_mtime_ns)
 
     def register_file(self, name: str, ref: BlobRef, form: str) -> None:
@@ -210,9 +238,22 @@ class BlobDepot:
         """One staged-cleanup period: due blobs, failed deletions, foreign leftovers."""
         with self._lock:
             retry, self._failed = self._failed, []
-            self._apply(retry + self.ledger.tick())
+            self._apply([d for d in retry if self._still_wanted(d)] + self.ledger.tick())
             for rel in self._foreign.tick():
                 self._delete_foreign(rel)
+
+    def _still_wanted(self, deletion: Deletion) -> bool:
+        """A deletion that waited (failed, or deferred by a put) must not hit what was put
+        since: a key the ledger tracks again is spared; a sweep of a live scope becomes a
+        delete of its untracked files."""
+        if deletion.key is not None:
+            return not self.ledger.is_tracked(deletion.scope, deletion.key)
+        if deletion.reason == "untracked":
+            return True  # spares tracked keys by itself
+        if self.ledger.is_closed(deletion.scope) or self.ledger.blobs(deletion.scope) == []:
+            return True
+        self._failed.append(Deletion(deletion.scope, None, "untracked"))
+        return False
 
     def end_application(self) -> None:
         """Deletes every scope, local and HA, and what foreign blobs were taken over."""
@@ -229,15 +270,20 @@ class BlobDepot:
                     log.warning("blobs of %s left in %s (the next attach or `spark-steward gc` "
                                 "removes them): %s", self.ha.app_id, self.ha.storage.url, exc)
 
-    def adopt_foreign(self, rels: Iterable[str]) -> None:
-        """Blob folders of applications that are no longer alive enter staged cleanup."""
+    def adopt_foreign(self, rels: Iterable[str], still_dead: Callable[[str], bool]) -> None:
+        """Blob folders of applications that are no longer alive enter staged cleanup;
+        ``still_dead(rel)`` is asked again right before each is deleted."""
         with self._lock:
+            self._still_dead = still_dead
             for rel in rels:
                 self._foreign.stage(rel)
 
     def _delete_foreign(self, rel: str) -> None:
         assert self.ha is not None
         try:
+            if not self._still_dead(rel):
+                log.info("not deleting %s: its application is alive again", rel)
+                return
             self.ha.storage.delete(rel)
             log.info("deleted blobs of a dead application: %s", self.ha.storage.url_of(rel))
         except StewardError as exc:
@@ -246,6 +292,9 @@ class BlobDepot:
 
     def _apply(self, deletions: Iterable[Deletion]) -> None:
         for deletion in deletions:
+            if deletion.scope in self._putting and deletion.reason != "application-end":
+                self._failed.append(deletion)  # a put is writing there: next period
+                continue
             try:
                 self._delete(deletion)
                 self.deleted += 1
@@ -256,6 +305,9 @@ class BlobDepot:
 
     def _delete(self, deletion: Deletion) -> None:
         scope = deletion.scope
+        if deletion.reason == "untracked":
+            self._delete_untracked(scope)
+            return
         if deletion.key is None:
             for known in [k for k in self._refs if k[0] == scope]:
                 self._forget(known)
@@ -273,6 +325,22 @@ class BlobDepot:
         if self.ha is not None:
             self.ha.delete(scope, key)
         log.debug("deleted blob %s/%s (%s)", scope, key.short, deletion.reason)
+
+    def _delete_untracked(self, scope: str) -> None:
+        """Deletes the files of ``scope`` the ledger no longer tracks, keeping the others."""
+        tracked = set(self.ledger.blobs(scope))
+        local_dir = self.local.scope_dir(scope)
+        names = {p.name for p in local_dir.iterdir()} if local_dir.is_dir() else set()
+        if self.ha is not None:
+            names |= set(self.ha.storage.list_names(f"{self.ha.base}/{scope}"))
+        for name in sorted(names - tracked):
+            try:
+                key = BlobKey(name)
+            except InvalidBlobKey:
+                continue  # temp files of a put in progress
+            self.local.delete(scope, key)
+            if self.ha is not None:
+                self.ha.delete(scope, key)
 
     def _forget(self, known: tuple[str, BlobKey]) -> None:
         self._refs.pop(known, None)

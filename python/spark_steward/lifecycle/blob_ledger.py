@@ -15,6 +15,7 @@ cleanup; a scope's final state deletes its whole directory whatever the counts s
 from __future__ import annotations
 
 import enum
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -22,6 +23,8 @@ from spark_steward.lifecycle.refcount import RefCounts
 from spark_steward.lifecycle.staged_cleanup import StagedCleanup
 
 APPLICATION_SCOPE = "_app"
+#: How many ended stage ids are remembered to ignore late binds.
+ENDED_STAGES_KEPT = 10_000
 
 Blob = tuple[str, str]
 
@@ -98,6 +101,8 @@ class BlobLedger:
         self._jobs: dict[int, _Job] = {}
         self._stages: dict[int, _Stage] = {}
         self._tasks: dict[int, set[Blob]] = {}
+        # Stages whose jobs all ended, bounded: a straggler's late bind must not pin a blob.
+        self._ended_stages: OrderedDict[int, None] = OrderedDict()
         self._ended = ended
 
     def open_scope(self, scope: str) -> None:
@@ -176,6 +181,8 @@ class BlobLedger:
         state = self._blobs.get(blob)
         if state is None:
             return False
+        if stage_id in self._ended_stages and stage_id not in self._stages:
+            return True  # its jobs are over: a late report (straggler, speculation) binds nothing
         stage = self._stages.setdefault(stage_id, _Stage())
         if blob in stage.blobs:
             return True
@@ -241,6 +248,7 @@ class BlobLedger:
         job = self._jobs[job_id] = _Job(scope, tuple(dict.fromkeys(stage_ids)))
         self._running[scope] = self._running.get(scope, 0) + 1
         for stage_id in job.stages:
+            self._ended_stages.pop(stage_id, None)
             stage = self._stages.setdefault(stage_id, _Stage())
             pending = not stage.jobs
             stage.jobs.add(job_id)
@@ -260,6 +268,9 @@ class BlobLedger:
             stage.jobs.discard(job_id)
             if not stage.jobs:
                 del self._stages[stage_id]
+                self._ended_stages[stage_id] = None
+                if len(self._ended_stages) > ENDED_STAGES_KEPT:
+                    self._ended_stages.popitem(last=False)
                 for blob in stage.blobs:
                     self._blobs[blob].stages.discard(stage_id)
         for blob in job.held:

@@ -48,6 +48,7 @@ class ExecutorBlobs:
         self.cache = BlobCache(runtime.work_dir / "blob-cache", sources)
         self.unpack_root = runtime.work_dir / "unpacked"
         runtime.on_task_end(lambda scope: self.cache.release_task(scope.attempt_id))
+        runtime.on_task_start(self.cache.release_other_tasks)
         self._sweep_dead_applications_once_per_host()
         self._stop = threading.Event()
         interval = conf.get(BLOB_RETENTION_INTERVAL)
@@ -80,6 +81,13 @@ class ExecutorBlobs:
 
     # -- the driver connection ----------------------------------------------------------------
 
+    def _hang_up(self) -> None:
+        """Each get or lookup is a short burst: the connection is not kept between them, so a
+        large cluster's idle workers never hold the driver's connection slots."""
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+
     def _connection(self) -> BlobClient:
         if self._client is None:
             context = self.runtime.context
@@ -99,6 +107,8 @@ class ExecutorBlobs:
         mark = (ref.scope, ref.key.digest, stage)
         if mark in self._bound and not received:
             return
+        if any(bound[2] != stage for bound in self._bound):
+            self._bound = {b for b in self._bound if b[2] == stage}  # bounded: one stage
         if self.runtime.context.server_port is None:
             return
         try:
@@ -116,8 +126,11 @@ class ExecutorBlobs:
         if found is None:
             if self.runtime.context.server_port is None:
                 raise BlobNotFound(f"no blob server to resolve {name!r}")
-            with self._client_lock:
-                reply = self._connection().call("resolve", name=name)
+            try:
+                with self._client_lock:
+                    reply = self._connection().call("resolve", name=name)
+            finally:
+                self._hang_up()
             found = self._files[name] = (BlobRef.from_wire(reply["ref"]), str(reply["form"]))
         return found
 
@@ -130,9 +143,12 @@ class ExecutorBlobs:
         task = tc.taskAttemptId() if tc is not None else -1
         stage = tc.stageId() if tc is not None else -1
         self.cache.release_other_tasks(task)
-        path = self.cache.get(ref, task)
-        if tc is not None:
-            self._report(ref, stage, task, received and ref.kind is BlobKind.TRANSIENT)
+        try:
+            path = self.cache.get(ref, task)
+            if tc is not None:
+                self._report(ref, stage, task, received and ref.kind is BlobKind.TRANSIENT)
+        finally:
+            self._hang_up()
         return path
 
     def unpacked(self, ref: BlobRef) -> Path:

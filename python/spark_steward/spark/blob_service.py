@@ -60,6 +60,16 @@ def dead_application_blobs(registry: ApplicationRegistry, own_app: str) -> list[
     return found
 
 
+def _still_dead(registry: ApplicationRegistry, rel: str) -> bool:
+    """Asked right before a dead application's blob folder ``apps/<app>/blobs`` is deleted."""
+    app_id = rel.split("/")[1]
+    try:
+        record = registry.read(app_id)
+    except StewardError:
+        return False
+    return record is not None and registry.liveness(record) is not Liveness.LIVE
+
+
 class Scope:
     """An owner scope opened with :func:`spark_steward.scope`; jobs submitted on this thread
     while it is open carry its id, and its blobs are deleted when it is closed and its last job
@@ -108,7 +118,13 @@ class BlobService(RuntimeService):
         runtime.context = replace(runtime.context, server_port=port)
         runtime.dispatcher.subscribe(self._on_event, "blobs")
         if ha is not None:
-            depot.adopt_foreign(dead_application_blobs(runtime.registry, runtime.app_id))
+            registry = runtime.registry
+            try:
+                depot.adopt_foreign(dead_application_blobs(registry, runtime.app_id),
+                                    lambda rel: _still_dead(registry, rel))
+            except (OSError, StewardError) as exc:
+                log.warning("could not look for dead applications' blobs in %s: %s",
+                            runtime.storage.url, exc)
         try:
             sweep_local_folders(conf.local_dir(), runtime.registry, runtime.app_id)
         except (OSError, StewardError) as exc:

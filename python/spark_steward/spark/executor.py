@@ -73,6 +73,7 @@ class ExecutorRuntime:
         # Reentrant: a component's factory may register task-end hooks.
         self._lock = threading.RLock()
         self._task_end_hooks: list[TaskHook] = []
+        self._task_start_hooks: list[Callable[[int], None]] = []
         self.tasks_entered = 0
         self.tasks_exited = 0
 
@@ -101,6 +102,20 @@ class ExecutorRuntime:
         """Runs ``hook`` when each task attempt in this process ends, however it ends."""
         with self._lock:
             self._task_end_hooks.append(hook)
+
+    def on_task_start(self, hook: Callable[[int], None]) -> None:
+        """Runs ``hook(task_attempt_id)`` when a new task's command reaches this process. A
+        worker runs one task at a time, so this also ends whatever the previous task held,
+        for tasks (UDFs) that no try/finally brackets."""
+        with self._lock:
+            self._task_start_hooks.append(hook)
+
+    def start_task(self, task_attempt_id: int) -> None:
+        for hook in list(self._task_start_hooks):
+            try:
+                hook(task_attempt_id)
+            except Exception:
+                log.exception("spark-steward task-start hook %r failed", hook)
 
     def end_task(self, scope: TaskScope) -> None:
         self.tasks_exited += 1
@@ -146,8 +161,13 @@ def install_context(context: ExecutorContext) -> None:
     The context belongs to the task whose command carried it: a reused worker that later runs
     a task from a session with spark-steward off does not see it.
     """
+    task = _task_attempt_id()
+    changed = task != _state.context_task
     _state.context = context
-    _state.context_task = _task_attempt_id()
+    _state.context_task = task
+    runtime = _state.runtimes.get(context.app_id)
+    if changed and task is not None and runtime is not None:
+        runtime.start_task(task)
 
 
 def current_context() -> ExecutorContext | None:

@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 from spark_steward.blob.archives import archive_format, unpack_once
 from spark_steward.blob.keys import BlobRef
 from spark_steward.config import BLOB_TRANSPARENT
-from spark_steward.errors import BlobNotFound, StewardError
+from spark_steward.errors import BlobNotFound, BlobServerUnavailable, StewardError
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -48,7 +48,8 @@ def materialize(ref: BlobRef, form: str, name: str, blob_path: Path, files_root:
     """``<files_root>/<key>/<name>``: the named file or unpacked directory SparkFiles returns."""
     dest = files_root / ref.key.digest / name
     if form == FILE:
-        if not dest.exists():
+        # Re-linked when the verified copy was replaced (re-fetched after corruption).
+        if not dest.exists() or dest.stat().st_ino != blob_path.stat().st_ino:
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f".{name}.tmp-{os.getpid()}-{threading.get_ident()}")
             try:
@@ -119,8 +120,8 @@ def executor_get(name: str) -> str | None:
         return None
     try:
         ref, form = blobs.resolve_file(name)
-    except BlobNotFound:
-        return None
+    except (BlobNotFound, BlobServerUnavailable):
+        return None  # not ours, or the driver cannot say: Spark's own lookup
     return str(materialize(ref, form, name, blobs.get(ref), blobs.runtime.work_dir / "files"))
 
 
