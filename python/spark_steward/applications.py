@@ -159,6 +159,16 @@ class ApplicationRegistry:
                         heartbeat_timeout=self.heartbeat_timeout, this_host=self.this_host,
                         process_alive=self.probe)
 
+    def is_dead(self, app_id: str) -> bool:
+        """True when ``app_id`` has a readable record that says finished or crashed. No record,
+        or an unreadable one, is not proof of death: its artifacts are left alone."""
+        try:
+            record = self.read(app_id)
+        except (StewardError, TypeError) as exc:
+            log.warning("not touching what %s owns: its record is unreadable (%s)", app_id, exc)
+            return False
+        return record is not None and self.liveness(record) is not Liveness.LIVE
+
     def owned_usage(self, app_id: str) -> dict[str, tuple[int, int]]:
         """``{capability: (files, bytes)}`` of what the application owns in the storage dir."""
         base = self.owned_path(app_id)
@@ -180,15 +190,7 @@ def dead_local_folders(local_dir: str | os.PathLike[str], registry: ApplicationR
         return []
     dead = []
     for name in names:
-        if name == own_app or not _APP_ID.fullmatch(name):
-            continue
-        try:
-            record = registry.read(name)
-        except (StewardError, TypeError) as exc:
-            log.warning("not touching %s: its application record is unreadable (%s)",
-                        root / name, exc)
-            continue
-        if record is not None and registry.liveness(record) is not Liveness.LIVE:
+        if name != own_app and _APP_ID.fullmatch(name) and registry.is_dead(name):
             dead.append(root / name)
     return dead
 

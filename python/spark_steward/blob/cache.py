@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from spark_steward.blob.keys import BlobKey, BlobRef, blob_relpath
-from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, discard
+from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, discard, file_identity
 from spark_steward.errors import BlobNotFound, StewardError
 from spark_steward.lifecycle.refcount import RefCounts
 from spark_steward.lifecycle.staged_cleanup import StagedCleanup
@@ -52,14 +52,6 @@ class BlobSources:
     fetch_from_server: Callable[[BlobRef, BinaryIO], tuple[int, int]] | None = None
     """Streams the blob into the file and returns the ``(crc32c, size)`` it computed."""
     attempts: int = 3
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_mtime_ns)
 
 
 class BlobCache:
@@ -86,10 +78,10 @@ class BlobCache:
         with self._key_locks[entry]:
             self._reference(entry, task_id)
             try:
-                identity = _identity(path)
+                identity = file_identity(path)
                 if identity is None or self._verified.get(entry) != identity:
                     self._materialize(ref, path)
-                    self._verified[entry] = _identity(path)  # type: ignore[assignment]
+                    self._verified[entry] = file_identity(path)  # type: ignore[assignment]
                 else:
                     self.stats["hit"] += 1
             except BaseException:

@@ -16,13 +16,12 @@ import os
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from spark_steward.blob.keys import APPLICATION_SCOPE, BlobKey, BlobKind, BlobRef, \
     validate_scope_id
 from spark_steward.blob.server import LocatedBlob
-from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
+from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, file_identity
 from spark_steward.errors import BlobNotFound, BlobProtocolError, ChecksumMismatch, \
     InvalidBlobKey, ScopeError, StewardError
 from spark_steward.lifecycle.blob_ledger import BlobLedger, Deletion
@@ -53,7 +52,6 @@ class BlobDepot:
         self._foreign: StagedCleanup[str] = StagedCleanup()
         self._still_dead: Callable[[str], bool] = lambda rel: True
         self._lock = threading.RLock()
-        self.deleted = 0
 
     # -- put ---------------------------------------------------------------------------------
 
@@ -110,7 +108,7 @@ class BlobDepot:
             if known is not None and known.kind is BlobKind.PERMANENT:
                 ref = BlobRef(key, scope, BlobKind.PERMANENT, size, crc, name or known.name)
             self._refs[(scope, key)] = ref
-            identity = self._identity(self.local.path(scope, key))
+            identity = file_identity(self.local.path(scope, key))
             if identity is not None:
                 self._verified[(scope, key)] = identity
         log.debug("put blob %s (%s, %d bytes) in scope %s", key.short, kind.value, size, scope)
@@ -131,12 +129,12 @@ class BlobDepot:
         ref = self.ref(scope, key)
         path = self.local.path(scope, key)
         with self._lock:
-            identity = self._identity(path)
+            identity = file_identity(path)
             if identity is not None and self._verified.get((scope, key)) == identity:
                 return LocatedBlob(str(path), ref.size, ref.crc32c)
             if not self.local.verify(scope, key, ref.crc32c, ref.size):
                 self._restore(ref)
-            identity = self._identity(path)
+            identity = file_identity(path)
             if identity is not None:
                 self._verified[(scope, key)] = identity
         return LocatedBlob(str(path), ref.size, ref.crc32c)
@@ -156,15 +154,6 @@ class BlobDepot:
                                f"from {ha.url_of(ref.scope, ref.key)}") from None
         except ChecksumMismatch as exc:
             raise BlobNotFound(f"HA copy of blob {ref.key} is corrupt: {exc}") from None
-
-    @staticmethod
-    def _identity(path: Path) -> tuple[int, int] | None:
-        """Which file ``path`` is now; None when there is none (never counts as verified)."""
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_mtime_ns)
 
     def register_file(self, name: str, ref: BlobRef, form: str) -> None:
         """Makes ``ref`` reachable by ``SparkFiles.get(name)`` (transparent mode).
@@ -297,7 +286,6 @@ class BlobDepot:
                 continue
             try:
                 self._delete(deletion)
-                self.deleted += 1
             except (StewardError, OSError) as exc:
                 log.warning("deleting blob %s/%s failed (retried next period): %s",
                             deletion.scope, deletion.key or "*", exc)

@@ -91,6 +91,16 @@ def crc_of_file(path: str | os.PathLike[str]) -> tuple[int, int]:
         return crc, size
 
 
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """Which file ``path`` is now (inode, mtime); None when there is none. A verification is
+    remembered against it, so a replaced or rewritten file is checked again."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns)
+
+
 def temp_name(target: Path) -> Path:
     return target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:12]}")
 

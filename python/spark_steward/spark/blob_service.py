@@ -26,7 +26,6 @@ from spark_steward.config import (BLOB_HA, BLOB_NETWORK_TIMEOUT, BLOB_RETENTION_
                                   BLOB_SERVER_MAX_CONNECTIONS, BLOB_SERVER_MAX_FRAME,
                                   BLOB_SERVER_PORT, STORAGE_DIR)
 from spark_steward.errors import ScopeError, StewardError
-from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.spark.events import JobEnd, JobStart, SparkEvent, TaskEnd
 from spark_steward.spark.services import RuntimeService
 
@@ -46,28 +45,14 @@ def dead_application_blobs(registry: ApplicationRegistry, own_app: str) -> list[
     An application without a readable record is left alone: absence of proof is not death.
     """
     storage = registry.storage
-    found = []
-    for app_id in storage.list_names("apps"):
-        if app_id == own_app or not storage.exists(f"apps/{app_id}/blobs"):
-            continue
-        try:
-            record = registry.read(app_id)
-        except StewardError as exc:
-            log.warning("not touching blobs of %s: its record is unreadable (%s)", app_id, exc)
-            continue
-        if record is not None and registry.liveness(record) is not Liveness.LIVE:
-            found.append(f"apps/{app_id}/blobs")
-    return found
+    return [f"apps/{app_id}/blobs" for app_id in storage.list_names("apps")
+            if app_id != own_app and storage.exists(f"apps/{app_id}/blobs")
+            and registry.is_dead(app_id)]
 
 
 def _still_dead(registry: ApplicationRegistry, rel: str) -> bool:
     """Asked right before a dead application's blob folder ``apps/<app>/blobs`` is deleted."""
-    app_id = rel.split("/")[1]
-    try:
-        record = registry.read(app_id)
-    except StewardError:
-        return False
-    return record is not None and registry.liveness(record) is not Liveness.LIVE
+    return registry.is_dead(rel.split("/")[1])
 
 
 class Scope:
