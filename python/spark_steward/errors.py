@@ -74,3 +74,15 @@ class BlobProtocolError(StewardError):
 
 class ScopeError(StewardError):
     """An owner scope was misused: bad name, already closed, or closed from another thread."""
+
+
+class CheckpointError(StewardError):
+    """A checkpoint operation failed; the message names the series and checkpoint id."""
+
+
+class CheckpointNotFound(CheckpointError):
+    """No completed checkpoint with that series and id (never completed, or discarded)."""
+
+
+class CheckpointCorrupt(CheckpointError, ChecksumMismatch):
+    """Checkpoint data or metadata fails verification; names the series, id and file."""
