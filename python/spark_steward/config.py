@@ -14,9 +14,12 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 from spark_steward.errors import ConfigError
+
+if TYPE_CHECKING:
+    from spark_steward.lifecycle.retry import RetryStrategy
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,20 @@ def _parse_size(raw: str) -> int:
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
 
 
+def _parse_retries(raw: str) -> int | None:
+    """``infinite`` (None: retry until it succeeds) or a whole number of retries."""
+    text = raw.strip().lower()
+    if text in ("infinite", "inf", "unlimited"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError("a whole number of retries or infinite") from None
+    if value < 0:
+        raise ValueError("a whole number of retries (0 or more) or infinite")
+    return value
+
+
 def _parse_str(raw: str) -> str:
     return raw.strip()
 
@@ -81,6 +98,7 @@ INT: ConfigType[int] = ConfigType("int", _parse_int)
 DURATION: ConfigType[float] = ConfigType("duration", _parse_duration)
 SIZE: ConfigType[int] = ConfigType("size", _parse_size)
 STRING: ConfigType[str] = ConfigType("string", _parse_str)
+RETRIES: ConfigType[int | None] = ConfigType("int or `infinite`", _parse_retries)
 
 
 @dataclass(frozen=True)
@@ -200,6 +218,54 @@ BLOB_TRANSPARENT = _key(
     "spark.steward.blob.transparent", BOOL, "true",
     "Routes `sc.addFile`, `sc.addArchive` and `SparkFiles.get` of sessions with spark-steward on "
     "through the blob service (verified, cached, cleaned up).")
+CHECKPOINTS_RETAINED = _key(
+    "spark.steward.checkpoints.retained", INT, "1",
+    "Completed checkpoints kept per series (Flink's `state.checkpoints.num-retained`); older "
+    "ones are subsumed and deleted. `checkpoints(name, retained=n)` overrides it per series.",
+    minimum=1)
+CHECKPOINTS_ORPHAN_GRACE = _key(
+    "spark.steward.checkpoints.orphan-grace", DURATION, "1h",
+    "Checkpoint data or artifacts that no metadata entry owns are deleted at attach and by "
+    "`spark-steward gc` once they are this old (a safety window for writers on storage that "
+    "lists new objects late).", minimum=0)
+CHECKPOINTS_TRANSPARENT = _key(
+    "spark.steward.checkpoints.transparent", BOOL, "true",
+    "Owns Spark's own reliable checkpoints (`sc.setCheckpointDir` with `df.checkpoint()` / "
+    "`rdd.checkpoint()`) in sessions with spark-steward on: registered before they are written, "
+    "deleted repeatably when Spark's cleaner drops the checkpointed RDD, at stop, and after a "
+    "crash. Also turns on `spark.cleaner.referenceTracking.cleanCheckpoints` unless it is set.")
+CLEANUP_STRATEGY = _key(
+    "spark.steward.cleanup-strategy", STRING, "exponential-delay",
+    "How failed cleanups (checkpoint discards) are retried, as Flink's `cleanup-strategy`: "
+    "`exponential-delay`, `fixed-delay`, or `none` (one attempt and a warning naming what was "
+    "left; it stays recorded so `spark-steward gc` or the next run finishes it).",
+    choices=("exponential-delay", "fixed-delay", "none"))
+CLEANUP_EXPONENTIAL_INITIAL = _key(
+    "spark.steward.cleanup-strategy.exponential-delay.initial-backoff", DURATION, "1s",
+    "First wait after a failed cleanup with the exponential-delay strategy; it doubles after "
+    "each further failure.", minimum=0.001)
+CLEANUP_EXPONENTIAL_MAX = _key(
+    "spark.steward.cleanup-strategy.exponential-delay.max-backoff", DURATION, "1h",
+    "Longest wait between cleanup retries with the exponential-delay strategy.", minimum=0.001)
+CLEANUP_EXPONENTIAL_ATTEMPTS = _key(
+    "spark.steward.cleanup-strategy.exponential-delay.attempts", RETRIES, "infinite",
+    "How often a failed cleanup is retried with the exponential-delay strategy before it is "
+    "given up (left recorded for `spark-steward gc`).")
+CLEANUP_FIXED_DELAY = _key(
+    "spark.steward.cleanup-strategy.fixed-delay.delay", DURATION, "1min",
+    "Wait between cleanup retries with the fixed-delay strategy.", minimum=0.001)
+CLEANUP_FIXED_ATTEMPTS = _key(
+    "spark.steward.cleanup-strategy.fixed-delay.attempts", RETRIES, "infinite",
+    "How often a failed cleanup is retried with the fixed-delay strategy before it is given "
+    "up (left recorded for `spark-steward gc`).")
+CLEANUP_THREADS = _key(
+    "spark.steward.cleanup.io-threads", INT, "4",
+    "Threads of the IO pool that runs cleanups off the threads that call save or stop.",
+    minimum=1)
+CLEANUP_SHUTDOWN_TIMEOUT = _key(
+    "spark.steward.cleanup.shutdown-timeout", DURATION, "30s",
+    "How long `spark.stop()` waits for outstanding cleanups; what is left stays recorded and "
+    "the next attach or `spark-steward gc` finishes it.", minimum=0)
 STORAGE_OPTIONS_DOC = (
     "`spark.steward.storage.option.<name>`", "string", "(none)",
     "Passed to the fsspec filesystem of the storage dir as keyword `<name>`, e.g. "
@@ -260,6 +326,20 @@ class StewardConf:
 
     def local_dir(self) -> str:
         return self.get(LOCAL_DIR) or default_local_dir()
+
+    def retry_strategy(self) -> "RetryStrategy":
+        """The cleanup retry strategy these values describe."""
+        from spark_steward.lifecycle.retry import RetryStrategy
+
+        kind = self.get(CLEANUP_STRATEGY)
+        if kind == "none":
+            return RetryStrategy.no_retry()
+        if kind == "fixed-delay":
+            return RetryStrategy.fixed(self.get(CLEANUP_FIXED_DELAY),
+                                       self.get(CLEANUP_FIXED_ATTEMPTS))
+        return RetryStrategy.exponential(self.get(CLEANUP_EXPONENTIAL_INITIAL),
+                                         self.get(CLEANUP_EXPONENTIAL_MAX),
+                                         self.get(CLEANUP_EXPONENTIAL_ATTEMPTS))
 
     def storage_options(self) -> dict[str, Any]:
         """fsspec keyword arguments from ``spark.steward.storage.option.*``."""

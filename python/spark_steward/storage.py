@@ -38,6 +38,21 @@ class FileEntry:
     size: int
 
 
+def _modified(info: dict[str, Any]) -> float | None:
+    """Modification time of an fsspec info dict, whatever the backend calls it."""
+    for key in ("mtime", "LastModified", "last_modified", "created", "updated"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):
+            return float(value.timestamp())
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
 def _clean_relative(rel: str) -> str:
     parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
     if any(p == ".." for p in parts):
@@ -48,8 +63,10 @@ def _clean_relative(rel: str) -> str:
 class Storage:
     """One storage root. Build it with :meth:`from_url`."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, url: str) -> None:
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, url: str,
+                 options: dict[str, Any] | None = None) -> None:
         self.fs = fs
+        self.options = dict(options or {})
         self.root = root.rstrip("/") or "/"
         self.url = url
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
@@ -72,7 +89,7 @@ class Storage:
             ) from None
         except ValueError as exc:
             raise StorageError(f"storage URL {url} is not usable: {exc}") from None
-        return cls(fs, root, url)
+        return cls(fs, root, url, options)
 
     # -- paths -----------------------------------------------------------------------------
 
@@ -230,6 +247,21 @@ class Storage:
             full = str(full)
             relpath = full[len(prefix):] if full.startswith(prefix) else full
             yield FileEntry(relpath, int(info.get("size") or 0))
+
+    def last_modified(self, rel: str = "") -> float | None:
+        """Newest modification time (epoch seconds) of ``rel`` or anything below it; None when
+        it does not exist or the backend reports no times."""
+        base = self.path(rel)
+        try:
+            found = dict(self.fs.find(base, detail=True, withdirs=True))
+            if not found:
+                found = {base: self.fs.info(base)}
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"could not list {self.url_of(rel)}: {exc}") from exc
+        times = [t for t in (_modified(info) for info in found.values()) if t is not None]
+        return max(times) if times else None
 
     def usage(self, rel: str = "") -> tuple[int, int]:
         """``(files, bytes)`` below ``rel``."""

@@ -207,7 +207,8 @@ def test_every_default_parses(name: str) -> None:
     key = KEYS[name]
     value = key.default
     assert isinstance(value, {"boolean": bool, "int": int, "duration": float, "size": int,
-                              "string": str}[key.type.name])
+                              "string": str, "int or `infinite`": (int, type(None))
+                              }[key.type.name])
     if key.minimum is not None:
         assert value >= key.minimum
     assert key.name.startswith(config.PREFIX) and key.doc

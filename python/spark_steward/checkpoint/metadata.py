@@ -1,0 +1,132 @@
+"""Durable checkpoint metadata in the storage dir (the StateHandleStore role).
+
+Layout below the storage root::
+
+    checkpoints/entries/<series>/<number>.json     the entry: state, owner, where the data is
+    checkpoints/artifacts/<series>/<number>.json   the serialized checkpoint: schema, file list
+    checkpoints/data/<series>/<number>/            the data files (written by executors)
+
+Every entry and artifact is an atomic, checksummed record, verified on read. Entries and
+artifacts live apart from the data, so deleting a data folder never touches the metadata that
+says it must be deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from spark_steward.errors import CheckpointCorrupt, RecordCorrupt, StewardError
+from spark_steward.lifecycle.checkpoints import CheckpointEntry, validate_series
+from spark_steward.storage import Storage
+
+log = logging.getLogger(__name__)
+
+ROOT = "checkpoints"
+ENTRIES = f"{ROOT}/entries"
+ARTIFACTS = f"{ROOT}/artifacts"
+DATA = f"{ROOT}/data"
+
+
+def _name(number: int) -> str:
+    return f"{number:010d}"
+
+
+def entry_path(series: str, number: int) -> str:
+    return f"{ENTRIES}/{validate_series(series)}/{_name(number)}.json"
+
+
+def artifact_path(series: str, number: int) -> str:
+    return f"{ARTIFACTS}/{validate_series(series)}/{_name(number)}.json"
+
+
+def data_path(series: str, number: int) -> str:
+    return f"{DATA}/{validate_series(series)}/{_name(number)}"
+
+
+def parse_number(name: str) -> int | None:
+    """``0000000007.json`` or ``0000000007`` → 7; None for anything that is not ours."""
+    stem = name[:-5] if name.endswith(".json") else name
+    return int(stem) if stem.isdigit() and len(stem) == 10 else None
+
+
+class CheckpointMetadata:
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def write_entry(self, entry: CheckpointEntry) -> None:
+        self.storage.write_record(entry_path(entry.series, entry.number), entry.to_json())
+
+    def read_entry(self, series: str, number: int) -> CheckpointEntry | None:
+        rel = entry_path(series, number)
+        try:
+            body = self.storage.read_record(rel)
+        except FileNotFoundError:
+            return None
+        try:
+            entry = CheckpointEntry.from_json(body)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordCorrupt(f"{self.storage.url_of(rel)} is not a checkpoint entry: "
+                                f"{exc}") from None
+        if entry.key != (series, number):
+            raise RecordCorrupt(f"{self.storage.url_of(rel)} holds the entry of {entry.id}")
+        return entry
+
+    def remove_entry(self, series: str, number: int) -> None:
+        self.storage.delete(entry_path(series, number))
+
+    def write_artifact(self, series: str, number: int, body: dict[str, Any]) -> None:
+        self.storage.write_record(artifact_path(series, number), body)
+
+    def read_artifact(self, series: str, number: int) -> dict[str, Any]:
+        rel = artifact_path(series, number)
+        try:
+            body = self.storage.read_record(rel)
+        except FileNotFoundError:
+            raise CheckpointCorrupt(
+                f"checkpoint {series}/{number} has no artifact at {self.storage.url_of(rel)}"
+            ) from None
+        except RecordCorrupt as exc:
+            raise CheckpointCorrupt(f"checkpoint {series}/{number}: {exc}") from None
+        if not isinstance(body, dict):
+            raise CheckpointCorrupt(f"checkpoint {series}/{number}: {self.storage.url_of(rel)} "
+                                    "is not a checkpoint artifact")
+        return body
+
+    def remove_artifact(self, series: str, number: int) -> None:
+        self.storage.delete(artifact_path(series, number))
+
+    def series(self) -> list[str]:
+        """Every series with an entry, an artifact or a data folder."""
+        names: set[str] = set()
+        for folder in (ENTRIES, ARTIFACTS, DATA):
+            names.update(self.storage.list_names(folder))
+        return sorted(names)
+
+    def numbers(self, series: str) -> dict[str, set[int]]:
+        """Numbers seen per folder kind (``entries``, ``artifacts``, ``data``) of one series."""
+        found: dict[str, set[int]] = {}
+        for kind, folder in (("entries", ENTRIES), ("artifacts", ARTIFACTS), ("data", DATA)):
+            found[kind] = {n for n in (parse_number(name) for name in
+                                       self.storage.list_names(f"{folder}/{series}"))
+                           if n is not None}
+        return found
+
+    def load(self) -> tuple[list[CheckpointEntry], list[str]]:
+        """Every readable entry, and the paths of entries that failed verification (logged,
+        never deleted: a corrupt entry may still own data, so a person decides)."""
+        entries, corrupt = [], []
+        for series in self.storage.list_names(ENTRIES):
+            for name in self.storage.list_names(f"{ENTRIES}/{series}"):
+                number = parse_number(name)
+                if number is None:
+                    continue
+                try:
+                    entry = self.read_entry(series, number)
+                except (StewardError, ValueError) as exc:
+                    log.warning("skipping checkpoint entry %s/%s: %s", series, name, exc)
+                    corrupt.append(f"{ENTRIES}/{series}/{name}")
+                    continue
+                if entry is not None:
+                    entries.append(entry)
+        return sorted(entries, key=lambda e: e.key), corrupt

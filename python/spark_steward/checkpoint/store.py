@@ -1,0 +1,291 @@
+"""The CheckpointStore (FLIP-270): the one owner of every checkpoint an application creates:
+pending, completed and marked-for-deletion ones, in durable metadata, cleaned up repeatably.
+
+No Spark in here: it is handed the storage, the application id, a liveness check and a
+:class:`~spark_steward.cleaner.RetryingCleaner`; the Spark glue writes data and calls
+:meth:`begin` before and :meth:`complete` after. Decisions come from the pure state machine in
+:mod:`spark_steward.lifecycle.checkpoints`.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from spark_steward.checkpoint import metadata as layout
+from spark_steward.checkpoint.metadata import CheckpointMetadata
+from spark_steward.cleaner import RetryingCleaner
+from spark_steward.errors import CheckpointNotFound, StewardError
+from spark_steward.lifecycle import checkpoints as machine
+from spark_steward.lifecycle.checkpoints import (CheckpointEntry, CheckpointKind,
+                                                 CheckpointState)
+from spark_steward.storage import Storage
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+
+
+@dataclass
+class RecoveryReport:
+    """What :meth:`CheckpointStore.recover` found at attach (or ``gc``)."""
+
+    kept: list[str] = field(default_factory=list)
+    discarding: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    corrupt: list[str] = field(default_factory=list)
+
+
+def url_storage(url: str, **options: Any) -> tuple[Storage, str]:
+    """A Storage rooted at the parent of ``url`` and the name of ``url`` inside it.
+
+    Hadoop spells URLs its own way (``file:/tmp/x``, ``s3a://``); fsspec wants ``file:///tmp/x``
+    and ``s3://``.
+    """
+    if url.startswith("file:") and not url.startswith("file://"):
+        url = "file://" + url[len("file:"):]
+    if url.startswith("s3a://") or url.startswith("s3n://"):
+        url = "s3://" + url[len("s3a://"):]
+    parent, name = posixpath.split(url.rstrip("/"))
+    if not name or parent.endswith(":/") or parent.endswith(":"):
+        raise StewardError(f"refusing to delete {url}: it is not inside a folder")
+    return Storage.from_url(parent, **options), name
+
+
+class CheckpointStore:
+    def __init__(self, storage: Storage, app_id: str, cleaner: RetryingCleaner[Key], *,
+                 is_dead: Callable[[str], bool], clock: Callable[[], float] = time.time,
+                 open_url: Callable[[str], tuple[Storage, str]] | None = None) -> None:
+        self.storage = storage
+        self.app_id = app_id
+        self.cleaner = cleaner
+        self.is_dead = is_dead
+        self.clock = clock
+        self.metadata = CheckpointMetadata(storage)
+        self._open_url = open_url or (lambda url: url_storage(url, **self._options_for(url)))
+        self._entries: dict[Key, CheckpointEntry] = {}
+        self._marked: set[Key] = set()  # marks known to be durable
+        self._highest: dict[str, int] = {}
+        self._lock = threading.RLock()
+
+    def _options_for(self, url: str) -> dict[str, Any]:
+        same = url.split("://", 1)[0].replace("s3a", "s3") == self.storage.protocol
+        return dict(self.storage.options) if same else {}
+
+    # -- failover ----------------------------------------------------------------------------
+
+    def recover(self, orphan_grace: float, *, dry_run: bool = False) -> RecoveryReport:
+        """Loads the metadata and cleans what the design says a failover must clean: entries
+        marked for deletion, pending checkpoints of dead applications, Spark's own checkpoints
+        of dead applications, and data that no entry owns once it is ``orphan_grace`` old."""
+        entries, corrupt = self.metadata.load()
+        report = RecoveryReport(corrupt=corrupt)
+        with self._lock:
+            for entry in entries:
+                self._entries.setdefault(entry.key, entry)
+                self._note_number(entry.series, entry.number)
+        doomed = machine.to_discard_at_recovery(entries, self.is_dead, self.app_id)
+        doomed_keys = {e.key for e in doomed}
+        report.kept = [e.id for e in entries if e.key not in doomed_keys]
+        for entry in doomed:
+            report.discarding.append(entry.id)
+            if entry.state is CheckpointState.DISCARDING:
+                with self._lock:
+                    self._marked.add(entry.key)  # its mark is in storage already
+            if not dry_run:
+                self.discard(entry, entry.discard_reason or
+                             f"{entry.state.value} checkpoint of {entry.app_id}, which is gone")
+        for rel in self.orphans(orphan_grace, entries, corrupt):
+            report.orphans.append(rel)
+            if not dry_run:
+                self.cleaner.submit(("orphan:" + rel, 0), self._orphan_deletion(rel))
+        return report
+
+    def orphans(self, grace: float, entries: list[CheckpointEntry],
+                corrupt: list[str]) -> list[str]:
+        """Data folders and artifacts no entry owns, older than ``grace`` seconds. A series with
+        a corrupt entry is left alone: that entry may own what looks orphaned."""
+        owned = {e.key for e in entries}
+        with self._lock:
+            owned |= set(self._entries)
+        unsafe = {path.split("/")[2] for path in corrupt}
+        now = self.clock()
+        found = []
+        for folder in (layout.DATA, layout.ARTIFACTS):
+            for series in self.storage.list_names(folder):
+                if series in unsafe:
+                    continue
+                for name in self.storage.list_names(f"{folder}/{series}"):
+                    number = layout.parse_number(name)
+                    if number is None or (series, number) in owned:
+                        continue
+                    rel = f"{folder}/{series}/{name}"
+                    modified = self.storage.last_modified(rel)
+                    if modified is None or now - modified >= grace:
+                        found.append(rel)
+        return found
+
+    # -- the lifecycle -------------------------------------------------------------------------
+
+    def begin(self, series: str, *, kind: CheckpointKind = CheckpointKind.SERIES,
+              data: str | None = None) -> CheckpointEntry:
+        """Registers a pending checkpoint durably; returns before any data may be written."""
+        machine.validate_series(series)
+        with self._lock:
+            seen = self.metadata.numbers(series)
+            known = set().union(*seen.values()) | {n for s, n in self._entries if s == series}
+            number = machine.next_number(known | {self._highest.get(series, 0)})
+            entry = machine.pending(series, number, self.app_id, kind,
+                                    data or layout.data_path(series, number), self.clock())
+            self.metadata.write_entry(entry)
+            self._entries[entry.key] = entry
+            self._note_number(series, number)
+            return entry
+
+    def complete(self, entry: CheckpointEntry, artifact: dict[str, Any] | None = None, *,
+                 rows: int | None = None, bytes_: int | None = None, files: int | None = None,
+                 retained: int | None = None) -> CheckpointEntry:
+        """Writes the artifact, then the completed entry; subsumes beyond ``retained``."""
+        with self._lock:
+            current = self._entries.get(entry.key, entry)
+            done = machine.complete(current, self.clock(), rows=rows, bytes_=bytes_, files=files)
+        if artifact is not None:
+            self.metadata.write_artifact(entry.series, entry.number, artifact)
+        self.metadata.write_entry(done)
+        with self._lock:
+            self._entries[done.key] = done
+        if retained is not None:
+            self.subsume(entry.series, retained)
+        return done
+
+    def discard(self, entry: CheckpointEntry, reason: str) -> bool:
+        """Marks for deletion and hands the deletion to the cleaner; returns at once.
+
+        The durable mark is the first step the cleaner takes (FLIP-270's order), so this never
+        blocks the caller on storage. False when it is already being discarded.
+        """
+        with self._lock:
+            current = self._entries.get(entry.key, entry)
+            marked = machine.mark_for_deletion(current, reason, self.clock())
+            self._entries[marked.key] = marked
+        return self.cleaner.submit(marked.key, lambda: self._discard_steps(marked.key))
+
+    def subsume(self, series: str, retained: int) -> list[CheckpointEntry]:
+        with self._lock:
+            doomed = machine.subsumed(self._series_entries(series), retained)
+        for entry in doomed:
+            self.discard(entry, f"subsumed: more than {retained} retained")
+        return doomed
+
+    def _discard_steps(self, key: Key) -> None:
+        """mark (durably) → data → artifact → entry; every step idempotent."""
+        with self._lock:
+            entry = self._entries.get(key)
+            durable = key in self._marked
+        if entry is None:
+            return
+        if not durable:
+            self.metadata.write_entry(entry)
+            with self._lock:
+                self._marked.add(key)
+        self._delete_data(entry)
+        self.metadata.remove_artifact(entry.series, entry.number)
+        self.metadata.remove_entry(entry.series, entry.number)
+        with self._lock:
+            self._entries.pop(key, None)
+            self._marked.discard(key)
+        log.info("discarded checkpoint %s (%s)", entry.id, entry.discard_reason)
+
+    def _delete_data(self, entry: CheckpointEntry) -> None:
+        if entry.kind is CheckpointKind.SERIES:
+            self.storage.delete(entry.data)
+        else:
+            target, name = self._open_url(entry.data)
+            target.delete(name)
+
+    def data_usage(self, entry: CheckpointEntry) -> tuple[int, int]:
+        """``(files, bytes)`` of the checkpoint's data."""
+        if entry.kind is CheckpointKind.SERIES:
+            return self.storage.usage(entry.data)
+        target, name = self._open_url(entry.data)
+        return target.usage(name)
+
+    def data_exists(self, entry: CheckpointEntry) -> bool:
+        if entry.kind is CheckpointKind.SERIES:
+            return self.storage.exists(entry.data)
+        target, name = self._open_url(entry.data)
+        return target.exists(name)
+
+    def _orphan_deletion(self, rel: str) -> Callable[[], None]:
+        def delete() -> None:
+            self.storage.delete(rel)
+            log.info("removed orphaned checkpoint data %s", self.storage.url_of(rel))
+        return delete
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def refresh(self, series: str) -> None:
+        """Reads the series' entries again (another application may have added some)."""
+        machine.validate_series(series)
+        for number in self.metadata.numbers(series)["entries"]:
+            if (series, number) in self._entries:
+                continue
+            try:
+                entry = self.metadata.read_entry(series, number)
+            except StewardError as exc:
+                log.warning("skipping checkpoint entry %s/%s: %s", series, number, exc)
+                continue
+            if entry is not None:
+                with self._lock:
+                    self._entries.setdefault(entry.key, entry)
+                    self._note_number(series, number)
+
+    def entries(self, series: str | None = None) -> list[CheckpointEntry]:
+        with self._lock:
+            found = [e for e in self._entries.values() if series is None or e.series == series]
+        return sorted(found, key=lambda e: e.key)
+
+    def completed(self, series: str) -> list[CheckpointEntry]:
+        return [e for e in self.entries(series) if e.state is CheckpointState.COMPLETED]
+
+    def get_completed(self, series: str, number: int) -> CheckpointEntry:
+        for entry in self.completed(series):
+            if entry.number == number:
+                return entry
+        raise CheckpointNotFound(f"checkpoint {series}/{number} is not a completed checkpoint "
+                                 f"(known: {self._describe_known(series)})")
+
+    def latest(self, series: str) -> CheckpointEntry:
+        done = self.completed(series)
+        if not done:
+            raise CheckpointNotFound(f"checkpoint series {series!r} has no completed checkpoint "
+                                     f"in {self.storage.url}")
+        return done[-1]
+
+    def _describe_known(self, series: str) -> str:
+        known = [f"{e.number} ({e.state.value})" for e in self.entries(series)]
+        return ", ".join(known) or "none"
+
+    def _series_entries(self, series: str) -> list[CheckpointEntry]:
+        return [e for e in self._entries.values() if e.series == series]
+
+    def _note_number(self, series: str, number: int) -> None:
+        self._highest[series] = max(number, self._highest.get(series, 0))
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def close(self, timeout: float) -> list[str]:
+        """Waits up to ``timeout`` for outstanding cleanup; returns the ids left (they stay
+        recorded as marked for deletion, so the next attach or ``gc`` finishes them)."""
+        left = self.cleaner.close(timeout)
+        ids = [f"{s}/{n}" if not s.startswith("orphan:") else s[len("orphan:"):]
+               for s, n in left]
+        if ids:
+            log.warning("spark-steward stopped with %d checkpoint cleanup(s) unfinished; they "
+                        "stay recorded and the next attach or `spark-steward gc` finishes them: "
+                        "%s", len(ids), ", ".join(ids[:20]))
+        return ids
