@@ -121,14 +121,14 @@ class RetryingCleaner(Generic[K]):
                 delay = self._schedule.failed(key, error)
                 if delay is None:
                     self._actions.pop(key, None)
+                    # Logged before waiters wake, so close() never returns ahead of it.
+                    log.warning("spark-steward %s gave up on %s (%s): %s; it stays recorded and "
+                                "`spark-steward gc` or the next run finishes it", self.name,
+                                self.describe(key), self.strategy.describe(), error)
+                else:
+                    log.info("spark-steward %s of %s failed (%s); retrying in %.3gs",
+                             self.name, self.describe(key), error, delay)
                 self._cond.notify_all()
-            if delay is None:
-                log.warning("spark-steward %s gave up on %s (%s): %s; it stays recorded and "
-                            "`spark-steward gc` or the next run finishes it", self.name,
-                            self.describe(key), self.strategy.describe(), error)
-            else:
-                log.info("spark-steward %s of %s failed (%s); retrying in %.3gs", self.name,
-                         self.describe(key), error, delay)
             return
         with self._cond:
             self._schedule.succeeded(key)

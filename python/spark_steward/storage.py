@@ -279,8 +279,9 @@ class Storage:
         if target == self.root:
             raise StorageError(f"refusing to delete the storage root {self.url}")
         try:
-            if not self.fs.exists(target):
-                return False
+            # info(), not exists(): fsspec's exists() answers False on any error, and a delete
+            # that wrongly believes nothing is there lets the metadata go before the data.
+            self.fs.info(target)
             self.fs.rm(target, recursive=True)
         except FileNotFoundError:
             return False

@@ -123,8 +123,14 @@ class CheckpointMetadata:
                     continue
                 try:
                     entry = self.read_entry(series, number)
+                except RecordCorrupt as exc:
+                    log.warning("checkpoint entry %s/%s fails verification: %s", series, name,
+                                exc)
+                    corrupt.append(f"{ENTRIES}/{series}/{name}")
+                    continue
                 except (StewardError, ValueError) as exc:
-                    log.warning("skipping checkpoint entry %s/%s: %s", series, name, exc)
+                    # Unreadable now is not corrupt, but its series is just as unsafe to sweep.
+                    log.warning("could not read checkpoint entry %s/%s: %s", series, name, exc)
                     corrupt.append(f"{ENTRIES}/{series}/{name}")
                     continue
                 if entry is not None:

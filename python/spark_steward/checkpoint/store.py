@@ -56,6 +56,10 @@ def url_storage(url: str, **options: Any) -> tuple[Storage, str]:
     return Storage.from_url(parent, **options), name
 
 
+def _same_checkpoint(a: CheckpointEntry, b: CheckpointEntry) -> bool:
+    return (a.app_id, a.created_at, a.kind, a.data) == (b.app_id, b.created_at, b.kind, b.data)
+
+
 class CheckpointStore:
     def __init__(self, storage: Storage, app_id: str, cleaner: RetryingCleaner[Key], *,
                  is_dead: Callable[[str], bool], clock: Callable[[], float] = time.time,
@@ -73,7 +77,8 @@ class CheckpointStore:
         self._lock = threading.RLock()
 
     def _options_for(self, url: str) -> dict[str, Any]:
-        same = url.split("://", 1)[0].replace("s3a", "s3") == self.storage.protocol
+        scheme = url.split(":", 1)[0]
+        same = {"s3a": "s3", "s3n": "s3"}.get(scheme, scheme) == self.storage.protocol
         return dict(self.storage.options) if same else {}
 
     # -- failover ----------------------------------------------------------------------------
@@ -125,7 +130,9 @@ class CheckpointStore:
                         continue
                     rel = f"{folder}/{series}/{name}"
                     modified = self.storage.last_modified(rel)
-                    if modified is None or now - modified >= grace:
+                    if modified is None:
+                        log.info("not removing %s: its age is unknown", rel)
+                    elif now - modified >= grace:
                         found.append(rel)
         return found
 
@@ -150,13 +157,14 @@ class CheckpointStore:
                  rows: int | None = None, bytes_: int | None = None, files: int | None = None,
                  retained: int | None = None) -> CheckpointEntry:
         """Writes the artifact, then the completed entry; subsumes beyond ``retained``."""
+        # Under the lock: a discard marked between the state check and the writes would be
+        # overwritten by a completed entry whose data the cleaner is deleting.
         with self._lock:
             current = self._entries.get(entry.key, entry)
             done = machine.complete(current, self.clock(), rows=rows, bytes_=bytes_, files=files)
-        if artifact is not None:
-            self.metadata.write_artifact(entry.series, entry.number, artifact)
-        self.metadata.write_entry(done)
-        with self._lock:
+            if artifact is not None:
+                self.metadata.write_artifact(entry.series, entry.number, artifact)
+            self.metadata.write_entry(done)
             self._entries[done.key] = done
         if retained is not None:
             self.subsume(entry.series, retained)
@@ -187,6 +195,14 @@ class CheckpointStore:
             entry = self._entries.get(key)
             durable = key in self._marked
         if entry is None:
+            return
+        stored = self.metadata.read_entry(entry.series, entry.number)
+        if stored is None or not _same_checkpoint(stored, entry):
+            # Gone: the entry is removed last, so an earlier attempt finished everything (its
+            # success report was lost), and a newer checkpoint may now hold the number.
+            with self._lock:
+                self._entries.pop(key, None)
+                self._marked.discard(key)
             return
         if not durable:
             self.metadata.write_entry(entry)
