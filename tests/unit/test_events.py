@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from spark_steward.spark.dispatch import EventDispatcher
 from spark_steward.spark.events import (
     ApplicationEnd,
+    CheckpointCleaned,
     EventBatch,
     EventDecodeError,
     ExecutorAdded,
@@ -169,6 +171,29 @@ def test_application_end() -> None:
     assert decode_batch(payload).events == (ApplicationEnd(7, 70),)
 
 
+@pytest.mark.parametrize("rdd_id", [0, 42, 2**31 - 1])
+def test_checkpoint_cleaned(rdd_id: int) -> None:
+    # CheckpointCleanWatch: EventEncoder.event("checkpoint_cleaned", now).num(rddId), sent from
+    # Spark's ContextCleaner thread; checkpointCleaned(long) carries the RDD id.
+    payload = java_batch([java_event(8, "checkpoint_cleaned", 80, rdd_id)])
+    assert payload.endswith(f'"events":[[8,"checkpoint_cleaned",80,{rdd_id}]]}}')
+    assert decode_batch(payload).events == (CheckpointCleaned(8, 80, rdd_id),)
+
+
+def test_checkpoint_cleaned_reaches_subscribers_in_sequence() -> None:
+    dispatcher = EventDispatcher()
+    seen: list[object] = []
+    dispatcher.subscribe(seen.append, "test")
+    # Numbered by the same buffer as listener-bus events, so it interleaves by seq.
+    dispatcher.dispatch(decode_batch(java_batch([
+        java_event(1, "job_end", 10, 3, "succeeded", None),
+        java_event(2, "checkpoint_cleaned", 11, 7),
+        java_event(3, "application_end", 12)])))
+    assert seen == [JobEnd(1, 10, 3, True, None), CheckpointCleaned(2, 11, 7),
+                    ApplicationEnd(3, 12)]
+    assert dispatcher.counts["CheckpointCleaned"] == 1 and dispatcher.gaps == 0
+
+
 def test_mixed_batch_keeps_order_and_counters() -> None:
     events = [job_start(10), java_event(11, "task_start", 1, *_task()),
               task_end(12, "success", None), java_event(13, "application_end", 2),
@@ -245,6 +270,9 @@ _OK = '{"dropped":0,"accepted":1,"stopped":false,"events":%s}'
     _OK % '[[1,"task_start",1,91,3]]',
     _OK % '[[1,"task_end",1,91,3,0,7,7,1,"2","h","success",null]]',
     _OK % '[[1,"executor_added",1,"1"]]',
+    _OK % '[[1,"checkpoint_cleaned",1]]',
+    _OK % '[[1,"checkpoint_cleaned",1,null]]',
+    _OK % '[[1,"checkpoint_cleaned",1,"x"]]',
     _OK % '[[1,"job_start",1,5,null,null,null,{}]]',
 ])
 def test_garbage_is_a_decode_error(payload: str) -> None:

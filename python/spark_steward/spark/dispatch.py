@@ -4,6 +4,11 @@ Pure: the pump feeds it :class:`~spark_steward.spark.events.EventBatch` values; 
 last sequence number seen so :meth:`EventDispatcher.wait_for` can tell when everything the shim
 accepted up to a point has been delivered. Subscriber errors are logged with the subscriber's
 name and never stop delivery to the others.
+
+Every event type takes the same path, including
+:class:`~spark_steward.spark.events.CheckpointCleaned`, which the shim sends from Spark's
+ContextCleaner thread instead of the listener bus: the same buffer numbers it, so ordering,
+``wait_for`` and loss accounting cover it too.
 """
 
 from __future__ import annotations

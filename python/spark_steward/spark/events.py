@@ -89,8 +89,25 @@ class ApplicationEnd:
     time: int
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointCleaned:
+    """Spark's ContextCleaner deleted the reliable checkpoint of RDD ``rdd_id``.
+
+    Sent by the shim's CheckpointCleanWatch from the cleaner's thread, after Spark deleted
+    ``<current checkpoint dir>/rdd-<rdd_id>``: the dir at cleaning time, not at writing time, so
+    after a ``setCheckpointDir`` in between the real folder is still there (delete the recorded
+    path, not this one).
+    Only checkpoints written while ``spark.cleaner.referenceTracking.cleanCheckpoints`` was true
+    are ever cleaned, and only once the checkpointed RDD was garbage collected on the JVM.
+    """
+
+    seq: int
+    time: int
+    rdd_id: int
+
+
 SparkEvent = Union[JobStart, JobEnd, TaskStart, TaskEnd, ExecutorAdded, ExecutorRemoved,
-                   ApplicationEnd]
+                   ApplicationEnd, CheckpointCleaned]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +121,7 @@ class EventBatch:
 
 
 # Each event arrives as [seq, type, time, fields...]; the field order per type is fixed by the
-# shim's StewardListener and mirrored here.
+# shim's StewardListener (checkpoint_cleaned [rdd_id]: CheckpointCleanWatch) and mirrored here.
 
 def _job_start(r: list[Any]) -> JobStart:
     return JobStart(r[0], r[2], r[3], tuple(r[4]), r[5], r[6], dict(r[7] or {}))
@@ -135,6 +152,10 @@ def _application_end(r: list[Any]) -> ApplicationEnd:
     return ApplicationEnd(r[0], r[2])
 
 
+def _checkpoint_cleaned(r: list[Any]) -> CheckpointCleaned:
+    return CheckpointCleaned(r[0], r[2], int(r[3]))
+
+
 _DECODERS: dict[str, Callable[[list[Any]], SparkEvent]] = {
     "job_start": _job_start,
     "job_end": _job_end,
@@ -143,6 +164,7 @@ _DECODERS: dict[str, Callable[[list[Any]], SparkEvent]] = {
     "executor_added": _executor_added,
     "executor_removed": _executor_removed,
     "application_end": _application_end,
+    "checkpoint_cleaned": _checkpoint_cleaned,
 }
 
 

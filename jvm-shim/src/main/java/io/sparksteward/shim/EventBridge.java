@@ -75,6 +75,14 @@ public final class EventBridge {
     return buffer.accepted();
   }
 
+  /**
+   * Enqueues an event produced outside Spark's listener bus (such as the ContextCleaner's thread)
+   * when this bridge serves {@code source}; never blocks: a full buffer drops and counts it.
+   */
+  boolean offerFrom(SparkContext source, EventEncoder.Builder event) {
+    return source == sc && buffer.offer(event);
+  }
+
   void markStopped() {
     stopped = true;
   }
