@@ -288,4 +288,19 @@ class Storage:
         except OSError as exc:
             raise StorageError(f"could not delete {self.url_of(rel)}: {exc}") from exc
         self.fs.invalidate_cache(target)
+        if self.is_object_store:
+            self._check_gone(rel, target)
         return True
+
+    def _check_gone(self, rel: str, target: str) -> None:
+        """S3's multi-object delete answers 200 and lists refused keys in its body, which s3fs
+        ignores: look again, so a denied delete is a failure and gets retried."""
+        try:
+            left = self.fs.find(target)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageError(f"could not check the delete of {self.url_of(rel)}: {exc}") from exc
+        if left:
+            raise StorageError(f"could not delete {self.url_of(rel)}: {len(left)} object(s) are "
+                               "still there (delete refused, e.g. access denied)")

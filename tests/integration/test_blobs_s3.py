@@ -51,7 +51,7 @@ def test_gc_removes_a_dead_applications_blobs_on_s3(moto_endpoint: str, s3_bucke
     storage.write_atomic("apps/dead-1/blobs/_app/" + "a" * 64, b"x" * 100)
     result = subprocess.run(
         [sys.executable, "-m", "spark_steward.cli", "gc", "--storage", storage.url,
-         "--option", f"endpoint_url={moto_endpoint}", "--heartbeat-timeout", "1s"],
+         "--option", f"endpoint_url={moto_endpoint}", "--heartbeat-timeout", "1h"],
         capture_output=True, text=True, env=dict(os.environ))
     assert result.returncode == 0, result.stdout + result.stderr
     storage.fs.invalidate_cache()
