@@ -18,10 +18,11 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager as ContextManager
 
     from spark_steward.spark.blob_service import Scope
+    from spark_steward.spark.checkpoint_service import CheckpointSeries
     from spark_steward.spark.runtime import DriverRuntime
 
 __all__ = ["__version__", "attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path",
-           "blobs", "scope"]
+           "blobs", "scope", "checkpoints"]
 
 
 def __getattr__(name: str) -> Any:
@@ -50,6 +51,22 @@ def scope(name: str) -> "ContextManager[Scope]":
 
     service = runtime().service("blobs")
     return contextmanager(service.scoped)(name)
+
+
+def checkpoints(name: str, retained: int | None = None,
+                spark: "SparkSession | None" = None) -> "CheckpointSeries":
+    """A named series of DataFrame checkpoints in the storage dir.
+
+    >>> cp = spark_steward.checkpoints("pagerank")      # doctest: +SKIP
+    >>> ranks_id = cp.save(ranks)        # written by the executors, then completed
+    >>> ranks = cp.latest()              # also in a later application
+
+    ``retained`` (default ``spark.steward.checkpoints.retained``) completed checkpoints are
+    kept; older ones are subsumed and deleted, repeatably, on the cleanup pool.
+    """
+    from spark_steward.spark.checkpoint_service import CheckpointSeries
+
+    return CheckpointSeries(name, retained, spark)
 
 
 def attach(spark: Any = None) -> "DriverRuntime":

@@ -278,19 +278,43 @@ class Storage:
         target = self.path(rel)
         if target == self.root:
             raise StorageError(f"refusing to delete the storage root {self.url}")
+        # info(), not exists(): fsspec's exists() answers False on any error, and a delete
+        # that wrongly believes nothing is there lets the metadata go before the data.
         try:
-            # info(), not exists(): fsspec's exists() answers False on any error, and a delete
-            # that wrongly believes nothing is there lets the metadata go before the data.
             self.fs.info(target)
-            self.fs.rm(target, recursive=True)
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            raise StorageError(f"could not delete {self.url_of(rel)}: {exc}") from exc
+        try:
+            self.fs.rm(target, recursive=True)
+        except FileNotFoundError as exc:
+            # Something below vanished mid-delete (a concurrent delete of a subfolder): only
+            # done if nothing is left; otherwise fail so the caller retries.
+            self.fs.invalidate_cache(target)
+            try:
+                self.fs.info(target)
+            except FileNotFoundError:
+                return True
+            raise StorageError(f"could not delete {self.url_of(rel)}: its content changed "
+                               f"during the delete ({exc})") from exc
         except OSError as exc:
             raise StorageError(f"could not delete {self.url_of(rel)}: {exc}") from exc
         self.fs.invalidate_cache(target)
         if self.is_object_store:
             self._check_gone(rel, target)
         return True
+
+    def remove_empty_folder(self, rel: str) -> bool:
+        """Removes the folder ``rel`` if it is empty (filesystems only: object stores have no
+        folders). Never removes anything else, so it is safe against a concurrent writer."""
+        if not self.is_local:
+            return False
+        try:
+            os.rmdir(self.path(rel))
+            return True
+        except OSError:
+            return False
 
     def _check_gone(self, rel: str, target: str) -> None:
         """S3's multi-object delete answers 200 and lists refused keys in its body, which s3fs

@@ -211,6 +211,8 @@ class CheckpointStore:
         self._delete_data(entry)
         self.metadata.remove_artifact(entry.series, entry.number)
         self.metadata.remove_entry(entry.series, entry.number)
+        if entry.kind is not CheckpointKind.SERIES:  # one series per application: tidy it
+            self.storage.remove_empty_folder(layout.entry_path(entry.series, 0).rsplit("/", 1)[0])
         with self._lock:
             self._entries.pop(key, None)
             self._marked.discard(key)

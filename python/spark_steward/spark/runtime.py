@@ -22,6 +22,7 @@ from spark_steward.config import (BLOB_TRANSPARENT, ENABLED, EVENTS_BATCH_SIZE,
 from spark_steward.errors import DisabledForSession, NotAttached, SetupError
 from spark_steward.spark import bootstrap, files, session
 from spark_steward.spark.blob_service import BlobService
+from spark_steward.spark.checkpoint_service import CheckpointService
 from spark_steward.spark.dispatch import EventDispatcher
 from spark_steward.spark.executor import ExecutorContext
 from spark_steward.spark.heartbeat import ApplicationHeartbeat
@@ -82,7 +83,8 @@ class DriverRuntime:
         )
         # Broadcast in start(), once services (the blob server's port) have filled it in.
         self.context_broadcast: "Broadcast[ExecutorContext] | None" = None
-        self.services: list[RuntimeService] = [ApplicationHeartbeat(), BlobService()]
+        self.services: list[RuntimeService] = [ApplicationHeartbeat(), BlobService(),
+                                               CheckpointService()]
         self.services += [factory() for _, factory in service_factories()]
         self._stopped = False
         self._lock = threading.Lock()

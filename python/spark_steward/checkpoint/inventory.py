@@ -1,0 +1,126 @@
+"""What the checkpoint metadata in a storage dir says, without Spark: the listing behind
+``spark-steward checkpoints ls`` and the collector behind ``spark-steward gc``.
+
+``gc`` runs the same failover an attach runs (:meth:`CheckpointStore.recover`): entries marked
+for deletion, pending checkpoints and Spark's own checkpoints of dead applications, and orphaned
+data past the grace window are deleted; completed series checkpoints are kept for restore.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from spark_steward.applications import ApplicationRegistry
+from spark_steward.blob.inventory import Deleted, Failed, GcReport, Progress, Skipped
+from spark_steward.checkpoint.metadata import CheckpointMetadata
+from spark_steward.checkpoint.store import CheckpointStore, Key
+from spark_steward.cleaner import RetryingCleaner
+from spark_steward.errors import StewardError
+from spark_steward.lifecycle.checkpoints import CheckpointEntry
+from spark_steward.lifecycle.retry import RetryStrategy
+
+#: ``gc`` retries a failed delete a few times within one run; then it reports and exits 1.
+GC_STRATEGY = RetryStrategy.exponential(0.2, 2.0, retries=3)
+
+
+@dataclass(frozen=True)
+class CheckpointListing:
+    entry: CheckpointEntry
+    liveness: str
+    files: int
+    bytes: int
+
+
+def _usage(store: CheckpointStore, entry: CheckpointEntry) -> tuple[int, int]:
+    try:
+        return store.data_usage(entry)
+    except (StewardError, OSError):
+        return (0, 0)
+
+
+def _offline_store(registry: ApplicationRegistry, strategy: RetryStrategy,
+                   clock: Callable[[], float] = time.time) -> CheckpointStore:
+    cleaner: RetryingCleaner[Key] = RetryingCleaner(strategy, threads=4, name="checkpoint-gc")
+    return CheckpointStore(registry.storage, f"spark-steward-cli-{os.getpid()}", cleaner,
+                           is_dead=registry.is_dead, clock=clock)
+
+
+def list_checkpoints(registry: ApplicationRegistry) -> tuple[list[CheckpointListing], list[str]]:
+    """Every checkpoint entry with its owner's liveness and its data usage, and the paths of
+    entries that fail verification."""
+    entries, corrupt = CheckpointMetadata(registry.storage).load()
+    store = _offline_store(registry, RetryStrategy.no_retry())
+    try:
+        states: dict[str, str] = {}
+        listing = []
+        for entry in entries:
+            if entry.app_id not in states:
+                record = registry.read(entry.app_id) if _safe(entry.app_id) else None
+                states[entry.app_id] = registry.liveness(record).value if record else "unknown"
+            files, size = _usage(store, entry)
+            listing.append(CheckpointListing(entry, states[entry.app_id], files, size))
+        return listing, corrupt
+    finally:
+        store.cleaner.close(0)
+
+
+def _safe(app_id: str) -> bool:
+    try:
+        ApplicationRegistry.record_path(app_id)
+        return True
+    except StewardError:
+        return False
+
+
+def collect_garbage(registry: ApplicationRegistry, *, dry_run: bool, orphan_grace: float,
+                    progress: Progress | None = None, timeout: float = 600.0,
+                    strategy: RetryStrategy = GC_STRATEGY) -> GcReport:
+    """Runs checkpoint failover against ``registry``'s storage and waits for it."""
+    report = GcReport(dry_run=dry_run)
+    store = _offline_store(registry, strategy)
+    try:
+        entries, _ = store.metadata.load()
+        sizes = {e.id: _usage(store, e) for e in entries}
+        planned = store.recover(orphan_grace, dry_run=True)
+        sizes.update({rel: _orphan_usage(store, rel) for rel in planned.orphans})
+        found = planned if dry_run else store.recover(orphan_grace)
+        for path in found.corrupt:
+            report.skipped.append(Skipped(path, "entry fails verification; its series is left "
+                                                "alone"))
+        doomed = found.discarding + found.orphans
+        if not dry_run:
+            total = len(doomed)
+            deadline = time.monotonic() + timeout
+            while store.cleaner.outstanding() and time.monotonic() < deadline:
+                if progress is not None:
+                    progress(total - len(store.cleaner.outstanding()), total, "checkpoints")
+                store.cleaner.wait_idle(0.2)
+            if progress is not None and total:
+                progress(total, total, "checkpoints")
+        failed = {_describe(k): err for k, err in store.cleaner.given_up().items()}
+        for key in store.cleaner.outstanding():
+            failed.setdefault(_describe(key), "still failing when gc stopped waiting")
+        for item in doomed:
+            if item in failed:
+                report.failed.append(Failed(item, failed[item]))
+                continue
+            files, size = sizes.get(item, (0, 0))
+            report.deleted.append(Deleted(item, files, size))
+    finally:
+        store.cleaner.close(0)
+    return report
+
+
+def _describe(key: Key) -> str:
+    series, number = key
+    return series[len("orphan:"):] if series.startswith("orphan:") else f"{series}/{number}"
+
+
+def _orphan_usage(store: CheckpointStore, rel: str) -> tuple[int, int]:
+    try:
+        return store.storage.usage(rel)
+    except StewardError:
+        return (0, 0)
