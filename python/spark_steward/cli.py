@@ -197,6 +197,45 @@ def cmd_blobs_du(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_checkpoints_ls(args: argparse.Namespace) -> int:
+    from spark_steward.checkpoint.inventory import list_checkpoints
+
+    registry = open_registry(args)
+    listing, corrupt = list_checkpoints(registry)
+    if args.series:
+        listing = [c for c in listing if c.entry.series == args.series]
+    if args.json:
+        print(json.dumps({
+            "storage": registry.storage.url,
+            "checkpoints": [{"series": c.entry.series, "id": c.entry.number,
+                             "state": c.entry.state.value, "kind": c.entry.kind.value,
+                             "app_id": c.entry.app_id, "liveness": c.liveness,
+                             "created_at": c.entry.created_at,
+                             "completed_at": c.entry.completed_at, "rows": c.entry.rows,
+                             "files": c.files, "bytes": c.bytes, "data": c.entry.data,
+                             "discard_reason": c.entry.discard_reason or None}
+                            for c in listing],
+            "corrupt_entries": corrupt,
+        }, indent=2))
+        return 0
+    for path in corrupt:
+        print(f"warning: entry {path} fails verification (left alone)", file=sys.stderr)
+    if not listing:
+        print(f"no checkpoints in {registry.storage.url}")
+        return 0
+    series_w = max(6, *(len(c.entry.series) for c in listing))
+    print(f"{'SERIES':<{series_w}}  {'ID':>6}  {'STATE':<19}  {'ROWS':>10}  {'SIZE':>10}  "
+          "APPLICATION")
+    for c in listing:
+        rows = "-" if c.entry.rows is None else str(c.entry.rows)
+        print(f"{c.entry.series:<{series_w}}  {c.entry.number:>6}  {c.entry.state.value:<19}  "
+              f"{rows:>10}  {_size(c.bytes):>10}  {c.entry.app_id} ({c.liveness})")
+    series = len({c.entry.series for c in listing})
+    print(f"total: {_plural(len(listing), 'checkpoint')} in {_plural(series, 'series')}"
+          f"{'' if series == 1 else ''}, {_size(sum(c.bytes for c in listing))}")
+    return 0
+
+
 # -- gc --------------------------------------------------------------------------------------
 
 
@@ -244,33 +283,48 @@ class Collector:
     """One kind of garbage ``spark-steward gc`` collects, run in :data:`GC_COLLECTORS` order."""
 
     name: str
-    run: Callable[["ApplicationRegistry", bool, "Progress | None"], "GcReport"]
+    run: Callable[["ApplicationRegistry", argparse.Namespace, "Progress | None"], "GcReport"]
+    #: What one deleted item is, for the summary line.
+    noun: str = "application"
 
 
-def _collect_blobs(registry: "ApplicationRegistry", dry_run: bool,
+def _collect_blobs(registry: "ApplicationRegistry", args: argparse.Namespace,
                    progress: "Progress | None") -> "GcReport":
     from spark_steward.blob.inventory import collect_garbage
 
-    return collect_garbage(registry, dry_run=dry_run, progress=progress)
+    return collect_garbage(registry, dry_run=args.dry_run, progress=progress)
 
 
-#: What ``gc`` collects, in order. Checkpoints and caches join this list later.
-GC_COLLECTORS: list[Collector] = [Collector("blobs", _collect_blobs)]
+def _collect_checkpoints(registry: "ApplicationRegistry", args: argparse.Namespace,
+                         progress: "Progress | None") -> "GcReport":
+    from spark_steward.checkpoint.inventory import collect_garbage
+    from spark_steward.config import CHECKPOINTS_ORPHAN_GRACE
+
+    grace = (CHECKPOINTS_ORPHAN_GRACE.parse(args.orphan_grace) if args.orphan_grace
+             else CHECKPOINTS_ORPHAN_GRACE.default)
+    return collect_garbage(registry, dry_run=args.dry_run, orphan_grace=grace,
+                           progress=progress)
 
 
-def _gc_json(name: str, report: "GcReport") -> dict[str, Any]:
+#: What ``gc`` collects, in order. Caches join this list later.
+GC_COLLECTORS: list[Collector] = [Collector("blobs", _collect_blobs),
+                                  Collector("checkpoints", _collect_checkpoints, "item")]
+
+
+def _gc_json(name: str, report: "GcReport", noun: str) -> dict[str, Any]:
+    what = "app_id" if noun == "application" else noun
     return {"name": name,
-            "deleted": [{"app_id": d.app_id, "files": d.files, "bytes": d.bytes}
+            "deleted": [{what: d.app_id, "files": d.files, "bytes": d.bytes}
                         for d in report.deleted],
-            "skipped": [{"app_id": s.app_id, "reason": s.reason} for s in report.skipped],
+            "skipped": [{what: s.app_id, "reason": s.reason} for s in report.skipped],
             "failed": [{"path": f.path, "message": f.message} for f in report.failed]}
 
 
-def _print_gc_summary(name: str, report: "GcReport") -> None:
+def _print_gc_summary(name: str, report: "GcReport", noun: str) -> None:
     verb = "would delete" if report.dry_run else "deleted"
     if report.deleted:
         print(f"{name}: {verb} {_plural(report.files, 'file')}, {_size(report.bytes)} of "
-              f"{_plural(len(report.deleted), 'application')}")
+              f"{_plural(len(report.deleted), noun)}")
         for d in report.deleted:
             print(f"  {verb} {d.app_id}: {_plural(d.files, 'file')}, {_size(d.bytes)}")
     else:
@@ -287,16 +341,18 @@ def cmd_gc(args: argparse.Namespace) -> int:
     for collector in GC_COLLECTORS:
         bar = ProgressBar(sys.stderr)
         try:
-            reports.append((collector.name, collector.run(registry, args.dry_run, bar)))
+            reports.append((collector.name, collector.run(registry, args, bar)))
         finally:
             bar.close()
     ok = all(report.ok for _, report in reports)
+    nouns = {c.name: c.noun for c in GC_COLLECTORS}
     if args.json:
         print(json.dumps({"storage": registry.storage.url, "dry_run": args.dry_run, "ok": ok,
-                          "collectors": [_gc_json(n, r) for n, r in reports]}, indent=2))
+                          "collectors": [_gc_json(n, r, nouns.get(n, "item"))
+                                         for n, r in reports]}, indent=2))
     else:
         for name, report in reports:
-            _print_gc_summary(name, report)
+            _print_gc_summary(name, report, nouns.get(name, "item"))
         if not ok:
             failed = sum(len(r.failed) for _, r in reports)
             print(f"{_plural(failed, 'delete')} failed; run gc again to retry")
@@ -373,7 +429,18 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_arguments(gc)
     gc.add_argument("--dry-run", action="store_true",
                     help="delete nothing; list what would be deleted")
+    gc.add_argument("--orphan-grace", metavar="DURATION",
+                    help="checkpoint data no entry owns is deleted once this old (default: "
+                         "spark.steward.checkpoints.orphan-grace, 1h)")
     gc.set_defaults(run=cmd_gc)
+
+    checkpoints = sub.add_parser("checkpoints", help="checkpoints in a storage dir")
+    checkpoints_sub = checkpoints.add_subparsers(dest="checkpoints_command", required=True)
+    cls = checkpoints_sub.add_parser(
+        "ls", help="one line per checkpoint: series, id, state, rows, size, application")
+    _storage_arguments(cls)
+    cls.add_argument("--series", help="only this series")
+    cls.set_defaults(run=cmd_checkpoints_ls)
 
     sub.add_parser("version", help="print the version").set_defaults(run=cmd_version)
     return parser

@@ -226,7 +226,8 @@ def test_gc_dry_run_deletes_nothing(capsys: pytest.CaptureFixture[str], world: W
     code, data, err = _gc(capsys, world, "--dry-run")
     assert code == 0 and err == ""
     assert data["dry_run"] is True and data["ok"] is True
-    [blobs] = data["collectors"]
+    blobs = data["collectors"][0]
+    assert blobs["name"] == "blobs"
     assert blobs["name"] == "blobs"
     assert blobs["deleted"] == _expected_deleted(world)
     assert {s["app_id"] for s in blobs["skipped"]} == set(KEPT)
@@ -247,7 +248,8 @@ def test_gc_deletes_exactly_the_dead_applications_blobs(capsys: pytest.CaptureFi
     records = sorted(world.storage.list_names("applications"))
     code, data, err = _gc(capsys, world)
     assert code == 0 and err == ""
-    [blobs] = data["collectors"]
+    blobs = data["collectors"][0]
+    assert blobs["name"] == "blobs"
     assert blobs["deleted"] == _expected_deleted(world)
     assert blobs["failed"] == []
     reasons = {s["app_id"]: s["reason"] for s in blobs["skipped"]}
@@ -278,7 +280,8 @@ def test_second_gc_is_a_no_op(capsys: pytest.CaptureFixture[str], world: World) 
     after_first = {app: world.snapshot(app) for app in (*DEAD, *KEPT)}
     code, data, _ = _gc(capsys, world)
     assert code == 0
-    [blobs] = data["collectors"]
+    blobs = data["collectors"][0]
+    assert blobs["name"] == "blobs"
     assert blobs["deleted"] == [] and blobs["failed"] == []
     assert {s["app_id"] for s in blobs["skipped"]} == set(KEPT)
     assert {app: world.snapshot(app) for app in (*DEAD, *KEPT)} == after_first
@@ -300,7 +303,8 @@ def test_a_failing_delete_exits_1_and_the_rest_is_deleted(
     monkeypatch.setattr(Storage, "delete", delete)
     code, data, _ = _gc(capsys, world)
     assert code == 1 and data["ok"] is False
-    [blobs] = data["collectors"]
+    blobs = data["collectors"][0]
+    assert blobs["name"] == "blobs"
     assert blobs["failed"] == [{"path": broken,
                                 "message": f"could not delete {world.storage.url_of(broken)}: "
                                            "injected"}]
@@ -327,7 +331,8 @@ def test_heartbeat_timeout_override_keeps_a_slow_application(
         capsys: pytest.CaptureFixture[str], world: World) -> None:
     code, data, _ = _gc(capsys, world, "--heartbeat-timeout", "2h")
     assert code == 0
-    [blobs] = data["collectors"]
+    blobs = data["collectors"][0]
+    assert blobs["name"] == "blobs"
     assert [d["app_id"] for d in blobs["deleted"]] == [DONE]
     assert {s["app_id"]: s["reason"] for s in blobs["skipped"]}[STALE] == "application is live"
     assert list_stored_blobs(world.storage, STALE) == world.of(STALE)
@@ -339,16 +344,16 @@ def test_collectors_run_in_order(capsys: pytest.CaptureFixture[str], world: Worl
 
     seen: list[str] = []
 
-    def later(registry: ApplicationRegistry, dry_run: bool, progress: object) -> GcReport:
+    def later(registry: ApplicationRegistry, args: object, progress: object) -> GcReport:
         seen.append("later")
         assert not world.storage.exists(f"apps/{DONE}/blobs")  # blobs ran first
-        return GcReport(dry_run=dry_run)
+        return GcReport(dry_run=False)
 
     monkeypatch.setattr(cli, "GC_COLLECTORS", [*cli.GC_COLLECTORS,
-                                               cli.Collector("checkpoints", later)])
+                                               cli.Collector("later", later)])
     code, data, _ = _gc(capsys, world)
     assert code == 0 and seen == ["later"]
-    assert [c["name"] for c in data["collectors"]] == ["blobs", "checkpoints"]
+    assert [c["name"] for c in data["collectors"]] == ["blobs", "checkpoints", "later"]
 
 
 # -- progress ----------------------------------------------------------------------------------
