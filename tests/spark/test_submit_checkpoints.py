@@ -1,0 +1,73 @@
+"""An unmodified script using ``sc.setCheckpointDir`` + ``df.checkpoint()`` / ``rdd.checkpoint()``
+through spark-submit with the conf flags: same results, and nothing left behind after a normal
+stop, nor after a SIGKILL followed by ``spark-steward gc``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit, steward_conf
+
+pytestmark = pytest.mark.spark
+
+EXPECTED = {"eager": 3 * sum(range(20000)), "lazy": 10000, "rdd": sum(x * x for x in range(1000)),
+            "rdd_checkpointed": True}
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def _entries(storage: Path) -> list[str]:
+    return _files(storage / "checkpoints") if (storage / "checkpoints").exists() else []
+
+
+def test_spark_checkpoints_of_an_unmodified_script_are_gone_after_stop(tmp_path: Path) -> None:
+    storage, out, cpdir = tmp_path / "storage", tmp_path / "out.json", tmp_path / "cp"
+    result = run_spark_submit(SCRIPTS / "spark_checkpoint_job.py", steward_conf(storage),
+                              str(out), str(cpdir))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    job = json.loads(out.read_text())
+    assert {k: job[k] for k in EXPECTED} == EXPECTED
+    assert cpdir.is_dir() and _files(cpdir) == [], _files(cpdir)
+    assert list(cpdir.iterdir()) == []          # Spark's <uuid> folder went too
+    assert _entries(storage) == []
+
+
+def test_spark_checkpoints_without_spark_steward_stay(tmp_path: Path) -> None:
+    """The control: Spark alone leaves its checkpoint files behind (what the issue is about)."""
+    out, cpdir = tmp_path / "out.json", tmp_path / "cp"
+    result = run_spark_submit(SCRIPTS / "spark_checkpoint_job.py", [], str(out), str(cpdir))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert {k: json.loads(out.read_text())[k] for k in EXPECTED} == EXPECTED
+    assert len([f for f in _files(cpdir) if "/rdd-" in f and "part-" in f]) >= 3
+
+
+def test_spark_checkpoints_of_a_killed_driver_are_removed_by_gc(tmp_path: Path) -> None:
+    storage, out, cpdir = tmp_path / "storage", tmp_path / "out.json", tmp_path / "cp"
+    job_run = BackgroundJob(SCRIPTS / "spark_checkpoint_job.py", steward_conf(storage), out,
+                            str(cpdir), "--sleep", "300")
+    job = job_run.wait_for_output()
+    assert {k: job[k] for k in EXPECTED} == EXPECTED
+    written = [f for f in _files(cpdir) if "part-" in f]
+    assert len(written) >= 3, written
+    states = {json.loads((storage / "checkpoints" / e).read_text())["body"]["state"]
+              for e in _entries(storage)}
+    assert states <= {"pending", "completed"} and states
+    os.kill(job["pid"], signal.SIGKILL)
+    job_run.thread.join(120)
+    assert [f for f in _files(cpdir) if "part-" in f] == written   # a crash cleans nothing
+    gc = subprocess.run([sys.executable, "-m", "spark_steward.cli", "gc", "--storage",
+                         storage.as_uri(), "--json"], capture_output=True, text=True)
+    assert gc.returncode == 0, gc.stdout + gc.stderr
+    report = {c["name"]: c for c in json.loads(gc.stdout)["collectors"]}["checkpoints"]
+    assert len(report["deleted"]) >= 3 and report["failed"] == []
+    assert _files(cpdir) == [] and list(cpdir.iterdir()) == []
+    assert _entries(storage) == []
