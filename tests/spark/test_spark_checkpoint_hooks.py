@@ -56,7 +56,8 @@ class Recorder:
         # Registered before any data is written: the folder must not exist yet.
         self._record("before_rdd_checkpoint", sc, rdd_id, path, _local(path).exists())
 
-    def dataframe_checkpointed(self, sc: Any, rdd_id: int, path: str, written: bool) -> None:
+    def dataframe_checkpointed(self, sc: Any, rdd_id: int, path: str, written: bool,
+                               session: Any) -> None:
         self._record("dataframe_checkpointed", sc, rdd_id, path, written, _local(path).exists())
 
     def named(self, name: str) -> list[tuple[Any, ...]]:

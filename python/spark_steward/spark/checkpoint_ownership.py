@@ -30,6 +30,7 @@ from spark_steward.spark.events import CheckpointCleaned, JobEnd, SparkEvent
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
     from spark_steward.spark.runtime import DriverRuntime
 
@@ -82,8 +83,9 @@ class SparkCheckpointOwner:
         for entry in self.store.entries(self.series):
             self.store.discard(entry, "its application stopped")
 
-    def _on(self, sc: "SparkContext") -> bool:
-        return self.active and sc is self.runtime.sc and self.runtime.enabled_for(None)
+    def _on(self, sc: "SparkContext", session: "SparkSession | None" = None) -> bool:
+        """On for the DataFrame's own session when known, else pyspark's active one."""
+        return self.active and sc is self.runtime.sc and self.runtime.enabled_for(session)
 
     # -- hook callbacks --------------------------------------------------------------------------
 
@@ -102,8 +104,8 @@ class SparkCheckpointOwner:
         self._register(rdd_id, path, written=False)
 
     def dataframe_checkpointed(self, sc: "SparkContext", rdd_id: int, path: str | None,
-                               written: bool) -> None:
-        if not self._on(sc) or path is None:
+                               written: bool, session: "SparkSession | None" = None) -> None:
+        if not self._on(sc, session) or path is None:
             return
         self._register(rdd_id, path, written=written)
 
@@ -174,7 +176,7 @@ class _Dispatch:
             owner.before_rdd_checkpoint(sc, rdd_id, path)
 
     def dataframe_checkpointed(self, sc: "SparkContext", rdd_id: int, path: str | None,
-                               written: bool) -> None:
+                               written: bool, session: "SparkSession | None" = None) -> None:
         owner = self._owner()
         if owner is not None:
-            owner.dataframe_checkpointed(sc, rdd_id, path, written)
+            owner.dataframe_checkpointed(sc, rdd_id, path, written, session)

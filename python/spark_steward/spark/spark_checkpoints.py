@@ -62,10 +62,11 @@ class CheckpointListener(Protocol):
         no-op in Spark); not called when no checkpoint dir is set (Spark then raises)."""
 
     def dataframe_checkpointed(self, sc: "SparkContext", rdd_id: int, path: str,
-                               written: bool) -> None:
+                               written: bool, session: Any) -> None:
         """``df.checkpoint(eager)`` returned a DataFrame over checkpointed RDD ``rdd_id`` whose
         data is at ``path``: already written when ``written`` (eager), else written after the
-        first action on the returned DataFrame."""
+        first action on the returned DataFrame. ``session`` is the DataFrame's SparkSession
+        (whose runtime conf says whether spark-steward is on for it)."""
 
 
 # -- probes ----------------------------------------------------------------------------------
@@ -305,7 +306,8 @@ def _patch() -> None:
             log.exception("spark-steward could not probe the checkpointed DataFrame")
             return result
         if path is not None:
-            _notify("dataframe_checkpointed", sc, rdd_id, path, written_at is not None)
+            _notify("dataframe_checkpointed", sc, rdd_id, path, written_at is not None,
+                    result.sparkSession)
         return result
 
     SparkContext.setCheckpointDir = setCheckpointDir  # type: ignore[method-assign]
