@@ -231,8 +231,8 @@ def cmd_checkpoints_ls(args: argparse.Namespace) -> int:
         print(f"{c.entry.series:<{series_w}}  {c.entry.number:>6}  {c.entry.state.value:<19}  "
               f"{rows:>10}  {_size(c.bytes):>10}  {c.entry.app_id} ({c.liveness})")
     series = len({c.entry.series for c in listing})
-    print(f"total: {_plural(len(listing), 'checkpoint')} in {_plural(series, 'series')}"
-          f"{'' if series == 1 else ''}, {_size(sum(c.bytes for c in listing))}")
+    print(f"total: {_plural(len(listing), 'checkpoint')} in {series} series, "
+          f"{_size(sum(c.bytes for c in listing))}")
     return 0
 
 

@@ -837,3 +837,21 @@ def test_complete_racing_a_discard_never_leaves_a_completed_checkpoint_without_d
     if st.exists(E("orders", 1)):
         assert state_of(st, "orders", 1) != "completed" or has_data
     assert [e.id for e in store.completed("orders")] == ([] if not has_data else ["orders/1"])
+
+
+def test_refresh_follows_another_applications_subsume_mark_and_removal(
+        st: Storage, fs: FailingFileSystem, clock: FakeClock, cleaner: ManualCleaner) -> None:
+    reader = make_store(st, cleaner, clock, app="app-reader")
+    writer_cleaner = ManualCleaner(RetryStrategy.fixed(1.0), clock)
+    writer = make_store(st, writer_cleaner, clock, app="app-writer")
+    first = completed(writer, fs)
+    reader.refresh("orders")
+    assert reader.latest("orders").number == 1
+    second = completed(writer, fs)
+    writer.subsume("orders", 1)                  # marks 1 in memory; the cleaner marks durably
+    reader.refresh("orders")
+    assert reader.latest("orders").number == second.number
+    writer_cleaner.run_until_idle()              # 1 is gone from storage
+    reader.refresh("orders")
+    assert [e.number for e in reader.entries("orders")] == [second.number]
+    assert first.key not in {e.key for e in reader.entries()}

@@ -14,6 +14,7 @@ says it must be deleted.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from spark_steward.errors import CheckpointCorrupt, RecordCorrupt, StewardError
@@ -48,6 +49,17 @@ def parse_number(name: str) -> int | None:
     """``0000000007.json`` or ``0000000007`` → 7; None for anything that is not ours."""
     stem = name[:-5] if name.endswith(".json") else name
     return int(stem) if stem.isdigit() and len(stem) == 10 else None
+
+
+# Storage.write_atomic's temp file: ``.<name>.tmp-<hex>`` on local disk, ``<name>.tmp-<hex>``
+# on other filesystems with rename.
+_TEMPORARY = re.compile(r"\.?\d{10}\.json\.tmp-[0-9a-f]{32}")
+
+
+def is_temporary(name: str) -> bool:
+    """The temp file of an entry or artifact write that died before its rename: nothing owns
+    it, ever (a crashed driver leaves it beside the entries)."""
+    return _TEMPORARY.fullmatch(name) is not None
 
 
 class CheckpointMetadata:

@@ -112,22 +112,25 @@ class CheckpointStore:
 
     def orphans(self, grace: float, entries: list[CheckpointEntry],
                 corrupt: list[str]) -> list[str]:
-        """Data folders and artifacts no entry owns, older than ``grace`` seconds. A series with
-        a corrupt entry is left alone: that entry may own what looks orphaned."""
+        """Data folders and artifacts no entry owns, and temp files of entry or artifact writes
+        that died before their rename, older than ``grace`` seconds. A series with a corrupt
+        entry is left alone: that entry may own what looks orphaned."""
         owned = {e.key for e in entries}
         with self._lock:
             owned |= set(self._entries)
         unsafe = {path.split("/")[2] for path in corrupt}
         now = self.clock()
         found = []
-        for folder in (layout.DATA, layout.ARTIFACTS):
+        for folder in (layout.DATA, layout.ARTIFACTS, layout.ENTRIES):
             for series in self.storage.list_names(folder):
                 if series in unsafe:
                     continue
                 for name in self.storage.list_names(f"{folder}/{series}"):
-                    number = layout.parse_number(name)
-                    if number is None or (series, number) in owned:
-                        continue
+                    if not layout.is_temporary(name):
+                        number = layout.parse_number(name)
+                        if folder == layout.ENTRIES or number is None or \
+                                (series, number) in owned:
+                            continue
                     rel = f"{folder}/{series}/{name}"
                     modified = self.storage.last_modified(rel)
                     if modified is None:
@@ -247,19 +250,35 @@ class CheckpointStore:
     # -- queries -------------------------------------------------------------------------------
 
     def refresh(self, series: str) -> None:
-        """Reads the series' entries again (another application may have added some)."""
+        """Reads the series' entries again: another application may have added, completed,
+        marked or removed some since. What this store is itself completing or discarding is
+        left as it is."""
         machine.validate_series(series)
-        for number in self.metadata.numbers(series)["entries"]:
-            if (series, number) in self._entries:
+        stored = self.metadata.numbers(series)["entries"]
+        with self._lock:
+            for key in [k for k in self._entries if k[0] == series and k[1] not in stored]:
+                gone = self._entries[key]
+                if not (gone.app_id == self.app_id and gone.state is CheckpointState.PENDING):
+                    del self._entries[key]  # its entry is gone: removed last, so all of it is
+        for number in sorted(stored):
+            with self._lock:
+                mine = self._entries.get((series, number))
+            if mine is not None and (mine.state is CheckpointState.DISCARDING or (
+                    mine.app_id == self.app_id and mine.state is CheckpointState.PENDING)):
                 continue
             try:
                 entry = self.metadata.read_entry(series, number)
             except StewardError as exc:
                 log.warning("skipping checkpoint entry %s/%s: %s", series, number, exc)
                 continue
-            if entry is not None:
-                with self._lock:
-                    self._entries.setdefault(entry.key, entry)
+            with self._lock:
+                current = self._entries.get((series, number))
+                if current is not None and current is not mine:
+                    continue  # changed by this store meanwhile: its view wins
+                if entry is None:
+                    self._entries.pop((series, number), None)
+                else:
+                    self._entries[entry.key] = entry
                     self._note_number(series, number)
 
     def entries(self, series: str | None = None) -> list[CheckpointEntry]:
