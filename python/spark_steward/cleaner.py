@@ -109,8 +109,10 @@ class RetryingCleaner(Generic[K]):
             for key, action in actions:
                 try:
                     self._pool.submit(self._attempt, key, action)
-                except RuntimeError:  # pool shut down under us: the work stays recorded
-                    return
+                except RuntimeError:
+                    # The interpreter is exiting (detach from atexit): concurrent.futures takes
+                    # no new work then, so run it here rather than leave it for the next run.
+                    self._attempt(key, action)
 
     def _attempt(self, key: K, action: Action) -> None:
         try:

@@ -4,9 +4,13 @@ injected clock), what was given up or left reported by close()."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
@@ -226,3 +230,26 @@ def test_wait_idle_times_out_while_work_is_outstanding(
     assert cleaner.wait_idle(0.1) is False
     assert time.monotonic() - started < 2.0
     assert cleaner.stats()["outstanding"] == 1
+
+
+def test_cleanup_submitted_at_interpreter_exit_still_runs(tmp_path: Path) -> None:
+    """A script that exits without spark.stop() detaches from atexit, when concurrent.futures
+    refuses new work: the cleaner runs it on its own thread instead of waiting for nothing."""
+    script = tmp_path / "exit.py"
+    script.write_text(textwrap.dedent("""
+        import atexit, time
+        from spark_steward.cleaner import RetryingCleaner
+        from spark_steward.lifecycle.retry import RetryStrategy
+        cleaner = RetryingCleaner(RetryStrategy.no_retry(), threads=2)
+        done = []
+        def at_exit():
+            started = time.monotonic()
+            cleaner.submit(("x", 1), lambda: done.append(1))
+            left = cleaner.close(5)
+            print(left, done, round(time.monotonic() - started, 1))
+        atexit.register(at_exit)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("[] [1] "), out.stdout + out.stderr
