@@ -1,0 +1,362 @@
+"""SIGKILL a real driver at many points of the checkpoint lifecycle (inside save, inside the
+write job, between each cleanup step, while owning Spark's own checkpoints), then attach again
+or run ``spark-steward gc``; afterwards no file is left that no entry owns, and every completed
+checkpoint that must survive restores with its rows.
+
+Each case runs ``scripts/checkpoint_crash.py`` under spark-submit (``local[2]``: the driver is
+what is killed, and 20+ runs on 2 cores must stay short) against its own storage dir; the
+script SIGKILLs itself at the K-th pass of a probe. Recovery alternates between ``gc`` and a
+second driver that attaches to the same storage (and restores through ``checkpoints("s")``).
+Cases run in the background, PARALLEL at a time, while the tests check them in order; every
+surviving checkpoint is also read back from its artifact in the shared session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from spark_steward.checkpoint import metadata as layout
+from spark_steward.checkpoint.metadata import CheckpointMetadata
+from spark_steward.lifecycle.checkpoints import CheckpointKind, CheckpointState
+from spark_steward.spark.checkpoint_data import DataFile, hadoop_url, read_dataframe
+from spark_steward.storage import Storage
+from tests.spark.conftest import spark_submit_path
+
+pytestmark = pytest.mark.spark
+
+SCRIPT = Path(__file__).parent / "scripts" / "checkpoint_crash.py"
+MASTER = "local[2]"
+#: Crash runs at once; spark-submit start-up is mostly waiting, so 2 cores take 2 well.
+PARALLEL = int(os.environ.get("STEWARD_CRASH_PARALLEL", "2"))
+RUN_TIMEOUT = 240.0
+#: Short-lived drivers: the C1 compiler alone and one GC thread take ~40% less CPU to start.
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+@dataclass(frozen=True)
+class Case:
+    point: str
+    k: int
+    recovery: str  # "gc" or "attach"
+
+    @property
+    def id(self) -> str:
+        name = re.sub(r"[^A-Za-z0-9]+", "-", self.point).strip("-")
+        return f"{name}{'' if self.k == 1 else f'-{self.k}'}-{self.recovery}"
+
+
+_POINTS: list[tuple[str, int]] = [
+    # Spark's own checkpoints (sc.setCheckpointDir, df.checkpoint(), rdd.checkpoint())
+    ("rename:entry:ctx:pending", 1),       # Spark made <dir>/<uuid>; its entry not yet durable
+    ("after:entry:ctx:pending", 1),        # <dir>/<uuid> registered, nothing in it
+    ("job:sparkcp", 1),                    # inside df.checkpoint()'s write job
+    ("after:entry:rdd:pending", 1),        # df.checkpoint() written, its entry pending
+    ("after:entry:rdd:completed", 1),      # ... and completed
+    ("after:entry:rdd:pending", 2),        # rdd.checkpoint() marked, not written yet
+    # inside save 1
+    ("rename:entry:s/1:pending", 1),       # pending entry's temp file synced, not renamed
+    ("after:entry:s/1:pending", 1),        # pending entry durable, no data
+    ("job:s/1", 1),                        # inside the executors' write job
+    ("after:write-data:s/1", 1),           # every part file written, no artifact
+    ("rename:artifact:s/1", 1),            # artifact's temp file, not renamed
+    ("after:artifact:s/1", 1),             # artifact durable, entry still pending
+    ("rename:entry:s/1:completed", 1),     # completed entry's temp file, not renamed
+    ("after:entry:s/1:completed", 1),      # completed, save not returned
+    ("after:entry:s/3:completed", 1),      # 3 completed, subsumption not started
+    # the discard of subsumed s/1 (mark → data → artifact → entry) while save 4 runs
+    ("rename:entry:s/1:marked-for-deletion", 1),
+    ("after:entry:s/1:marked-for-deletion", 1),
+    ("unlink:s/1", 3),                     # data folder half deleted
+    ("after:rm-data:s/1", 1),
+    ("after:rm-artifact:s/1", 1),
+    ("after:rm-entry:s/1", 1),
+    ("job:s/4", 1),                        # write job of save 4
+    ("after:entry:s/2:marked-for-deletion", 1),
+    ("after:rm-data:s/2", 1),
+    # spark.stop(): Spark's own checkpoints discarded
+    ("after:entry:ctx:marked-for-deletion", 1),
+    ("unlink:spark", 6),                   # Spark's folders half deleted
+    ("after:rm-data:rdd", 1),
+    ("after:rm-data:ctx", 1),
+]
+CASES = [Case(point, k, "gc" if i % 2 == 0 else "attach")
+         for i, (point, k) in enumerate(_POINTS)]
+#: Started first; its JVM, which runs the whole workload, leaves the CDS archive.
+ARCHIVE_FROM = "after:rm-data:ctx"
+
+
+# -- running the cases ------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    case: Case
+    root: Path
+    crash: subprocess.CompletedProcess[str]
+    recovery: subprocess.CompletedProcess[str]
+    seconds: float
+
+    @property
+    def storage(self) -> Path:
+        return self.root / "storage"
+
+    @property
+    def sparkcp(self) -> Path:
+        return self.root / "sparkcp"
+
+    def log(self, name: str) -> list[dict[str, Any]]:
+        path = self.root / name
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def describe(self) -> str:
+        def tail(text: str) -> str:
+            lines = [line for line in text.splitlines() if " INFO " not in line]
+            return "\n".join(lines[-25:])
+
+        return (f"case {self.case}: crash rc={self.crash.returncode}, recovery "
+                f"rc={self.recovery.returncode}\n--- crash stderr\n{tail(self.crash.stderr)}\n"
+                f"--- recovery stdout\n{self.recovery.stdout[-3000:]}\n--- recovery stderr\n"
+                f"{tail(self.recovery.stderr)}")
+
+
+class Submitter:
+    """spark-submit runs of the script with the steward conf (``spark-steward conf`` run once,
+    each case's storage and local dir put in).
+
+    One run (the case that goes through the whole workload, started first) also dumps the
+    classes its JVM loaded into a CDS archive; later runs map it and take about a third less
+    CPU (a JVM that cannot use it ignores it)."""
+
+    def __init__(self, base: Path) -> None:
+        out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "conf", "--storage",
+                              "file:///STORAGE-PLACEHOLDER", "--local-dir", "/LOCAL-PLACEHOLDER"],
+                             check=True, capture_output=True, text=True).stdout.split()
+        assert any("STORAGE-PLACEHOLDER" in item for item in out)
+        self.template = out
+        self.archive = base / "spark-classes.jsa"
+        self._dumping = False
+        self._lock = threading.Lock()
+
+    def _java_options(self, may_dump: bool) -> tuple[str, bool]:
+        with self._lock:
+            if self.archive.exists():
+                return f"{JAVA_OPTIONS} -XX:SharedArchiveFile={self.archive}", False
+            if self._dumping or not may_dump:
+                return JAVA_OPTIONS, False
+            self._dumping = True
+            return f"{JAVA_OPTIONS} -XX:ArchiveClassesAtExit={self.archive}.tmp", True
+
+    def run(self, root: Path, out: Path, *args: str, may_dump: bool = False
+            ) -> subprocess.CompletedProcess[str]:
+        flags = [item.replace("file:///STORAGE-PLACEHOLDER", (root / "storage").as_uri())
+                     .replace("/LOCAL-PLACEHOLDER", str(root / "local"))
+                 for item in self.template]
+        java_options, dumps = self._java_options(may_dump)
+        cmd = [spark_submit_path(), "--master", MASTER, "--driver-java-options", java_options,
+               "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
+               *flags, "--conf", "spark.steward.checkpoints.orphan-grace=0s",
+               str(SCRIPT), str(out), str(root / "sparkcp"), *args]
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
+                   PYSPARK_DRIVER_PYTHON=sys.executable)
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT,
+                                  env=env)
+        finally:
+            if dumps and Path(f"{self.archive}.tmp").exists():  # whole once the JVM is gone
+                os.replace(f"{self.archive}.tmp", self.archive)
+
+    def gc(self, root: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "spark_steward.cli", "gc", "--storage",
+                               (root / "storage").as_uri(), "--orphan-grace", "0s", "--json"],
+                              capture_output=True, text=True, timeout=RUN_TIMEOUT)
+
+
+def _run_case(submitter: Submitter, case: Case, root: Path) -> Outcome:
+    started = time.monotonic()
+    root.mkdir(parents=True)
+    crash = submitter.run(root, root / "crash.jsonl", "crash", case.point, str(case.k),
+                          may_dump=case.point == ARCHIVE_FROM)
+    recovery = submitter.gc(root) if case.recovery == "gc" else \
+        submitter.run(root, root / "attach.jsonl", "attach")
+    return Outcome(case, root, crash, recovery, time.monotonic() - started)
+
+
+class CrashRunner:
+    """Runs every case in the background, PARALLEL at a time, in CASES order."""
+
+    def __init__(self, base: Path) -> None:
+        self.submitter = submitter = Submitter(base)
+        self._pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="crash-case")
+        order = sorted(range(len(CASES)), key=lambda i: CASES[i].point != ARCHIVE_FROM)
+        self.futures: dict[Case, Future[Outcome]] = {
+            CASES[i]: self._pool.submit(_run_case, submitter, CASES[i],
+                                        base / f"{i:02d}-{CASES[i].id}")
+            for i in order}
+        self.started = time.monotonic()
+
+    def outcome(self, case: Case) -> Outcome:
+        return self.futures[case].result(timeout=2 * RUN_TIMEOUT * len(CASES))
+
+    def close(self) -> None:
+        # -x or a failure: do not start what is left; running cases end within RUN_TIMEOUT.
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.submitter.archive.unlink(missing_ok=True)  # ~150 MB
+
+
+@pytest.fixture(scope="module")
+def crashes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashRunner]:
+    runner = CrashRunner(tmp_path_factory.mktemp("checkpoint-crashes"))
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
+# -- what a run left --------------------------------------------------------------------------
+
+def expected_rows(iteration: int) -> list[tuple[int, int, int]]:
+    """What checkpoint_crash.py saves in iteration i (see its docstring)."""
+    return [(n, iteration, n * iteration) for n in range(500 * iteration)]
+
+
+def summary(iteration: int) -> list[int]:
+    """count, sum(id), min(tag), max(tag), sum(v) of :func:`expected_rows`."""
+    count = 500 * iteration
+    ids = count * (count - 1) // 2
+    return [count, ids, iteration, iteration, ids * iteration]
+
+
+@dataclass
+class Survivors:
+    """Which completed checkpoints must, and may, still be there after recovery."""
+
+    must: set[int] = field(default_factory=set)
+    may: set[int] = field(default_factory=set)
+
+
+def survivors(probes: list[str]) -> Survivors:
+    """From the probes passed before the kill (a kill happens only at a probe, so what a probe
+    says happened did; a step whose ``rename:`` probe passed but whose ``after:`` did not may
+    have landed or not: another thread may have been killed in between)."""
+    numbers = {int(m.group(1)) for p in probes for m in [re.search(r"s/(\d+)", p)] if m}
+    found = Survivors()
+    for n in numbers:
+        completed = f"after:entry:s/{n}:completed" in probes
+        maybe_completed = f"rename:entry:s/{n}:completed" in probes
+        marked = f"after:entry:s/{n}:marked-for-deletion" in probes
+        maybe_marked = f"rename:entry:s/{n}:marked-for-deletion" in probes
+        if completed and not maybe_marked:
+            found.must.add(n)
+        if maybe_completed and not marked:
+            found.may.add(n)
+    return found
+
+
+def owned_files(storage: Storage) -> tuple[list[str], dict[int, dict[str, Any]]]:
+    """Problems with the files under ``checkpoints/``, and the artifacts of the completed
+    checkpoints of series ``s`` by number. Every file must be a completed entry of ``s``, its
+    artifact, or a file its artifact lists in its data folder, with the listed size."""
+    meta = CheckpointMetadata(storage)
+    problems: list[str] = []
+    artifacts: dict[int, dict[str, Any]] = {}
+    files = {f.path: f.size for f in storage.walk_files(layout.ROOT)}
+    entries, corrupt = meta.load()
+    problems += [f"corrupt entry {p}" for p in corrupt]
+    owned: set[str] = set()
+    for entry in entries:
+        owned.add(layout.entry_path(entry.series, entry.number))
+        if entry.state is not CheckpointState.COMPLETED or entry.kind is not CheckpointKind.SERIES:
+            problems.append(f"entry {entry.id} is {entry.state.value} ({entry.kind.value}, "
+                            f"app {entry.app_id})")
+            continue
+        artifact_rel = layout.artifact_path(entry.series, entry.number)
+        if artifact_rel not in files:
+            problems.append(f"completed {entry.id} has no artifact")
+            continue
+        owned.add(artifact_rel)
+        artifact = meta.read_artifact(entry.series, entry.number)
+        listed = {f["name"]: f["bytes"] for f in artifact["files"]}
+        present = {path.rsplit("/", 1)[1]: size for path, size in files.items()
+                   if path.startswith(entry.data + "/")}
+        if present != listed:
+            problems.append(f"data of {entry.id}: {sorted(present.items())} on disk, "
+                            f"{sorted(listed.items())} listed")
+        owned |= {f"{entry.data}/{name}" for name in present if name in listed}
+        if entry.series == "s":
+            artifacts[entry.number] = artifact
+    problems += [f"unowned file {path} ({size} bytes)" for path, size in sorted(files.items())
+                 if path not in owned]
+    return problems, artifacts
+
+
+def files_below(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()) \
+        if folder.exists() else []
+
+
+# -- the tests --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_crash_leaves_nothing_unowned(case: Case, crashes: CrashRunner, spark: Any) -> None:
+    outcome = crashes.outcome(case)
+    crash_log = outcome.log("crash.jsonl")
+    probes = [e["label"] for e in crash_log if e["event"] == "probe"]
+    begun = {e["number"]: e["iteration"] for e in crash_log if e["event"] == "begun"}
+    kills = [e for e in crash_log if e["event"] == "killing"]
+
+    # The driver died by SIGKILL at the chosen point, and nowhere else.
+    assert kills and kills[0]["point"] == case.point, outcome.describe()
+    assert not any(e["event"] == "done" for e in crash_log), outcome.describe()
+    assert outcome.crash.returncode != 0, outcome.describe()
+    if case.point.startswith("job:s/"):  # killed inside the write job, not after it
+        assert f"after:write-data:{case.point[4:]}" not in probes, kills[0]
+    if case.point == "job:sparkcp":      # inside df.checkpoint(), before it returned
+        assert "after:entry:rdd:pending" not in probes, kills[0]
+
+    # Recovery finished everything it started.
+    assert outcome.recovery.returncode == 0, outcome.describe()
+    if case.recovery == "gc":
+        report = json.loads(outcome.recovery.stdout)
+        assert report["ok"], report
+    else:
+        attach_log = outcome.log("attach.jsonl")
+        recovered = [e for e in attach_log if e["event"] == "recovered"]
+        assert recovered and recovered[0]["outstanding"] == [] and not recovered[0]["given_up"], \
+            outcome.describe()
+        assert any(e["event"] == "done" for e in attach_log), outcome.describe()
+
+    # No file that no entry owns, nothing pending or marked; Spark's own folder empty.
+    storage = Storage.from_url(outcome.storage.as_uri())
+    problems, artifacts = owned_files(storage)
+    assert not problems, "\n".join(problems) + "\n" + outcome.describe()
+    assert files_below(outcome.sparkcp) == [], outcome.describe()
+    if "after:entry:ctx:pending" in probes:  # <dir>/<uuid> was owned: it is gone too
+        assert [p.name for p in outcome.sparkcp.iterdir()] == [], outcome.describe()
+
+    # Exactly the completed checkpoints that must survive did (and none that may not)...
+    expected = survivors(probes)
+    assert expected.must <= set(artifacts) <= expected.may, (sorted(artifacts), expected)
+    # ... and each restores with the rows it was saved with: through the public API in the
+    # application that attached again, and from the artifact in the shared session.
+    if case.recovery == "attach":
+        restored = {e["number"]: e["summary"] for e in attach_log if e["event"] == "restored"}
+        assert restored == {n: summary(begun[n]) for n in artifacts}, attach_log[-6:]
+    for number, artifact in sorted(artifacts.items()):
+        files = [DataFile(**f) for f in artifact["files"]]
+        url = hadoop_url(storage.url_of(layout.data_path("s", number)))
+        df = read_dataframe(spark, url, files, artifact["schema"])
+        rows = sorted(tuple(r) for r in df.collect())
+        assert rows == expected_rows(begun[number]), f"checkpoint s/{number}"
