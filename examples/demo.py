@@ -46,8 +46,12 @@ def main() -> int:
         print(f"[demo] the job failed with exit code {result.returncode}", file=sys.stderr)
         return result.returncode
     print("[demo] what spark-steward recorded (spark-steward status):")
-    return subprocess.run([sys.executable, "-m", "spark_steward.cli", "status", "--storage",
-                           args.storage]).returncode
+    status = subprocess.run([sys.executable, "-m", "spark_steward.cli", "status", "--storage",
+                             args.storage]).returncode
+    print("[demo] checkpoints left behind (spark-steward checkpoints ls):")
+    listing = subprocess.run([sys.executable, "-m", "spark_steward.cli", "checkpoints", "ls",
+                              "--storage", args.storage]).returncode
+    return status or listing
 
 
 if __name__ == "__main__":
