@@ -18,7 +18,6 @@ Nothing here changes what the user's calls return or raise.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from typing import TYPE_CHECKING, Callable
 
@@ -35,14 +34,6 @@ if TYPE_CHECKING:
     from spark_steward.spark.runtime import DriverRuntime
 
 log = logging.getLogger(__name__)
-
-_RDD_FOLDER = re.compile(r"/rdd-(\d+)/?$")
-
-
-def rdd_id_of(path: str) -> int | None:
-    match = _RDD_FOLDER.search(path)
-    return int(match.group(1)) if match else None
-
 
 class SparkCheckpointOwner:
     """Listener of the checkpoint hooks; registers into ``store`` under ``_spark.<app id>``."""

@@ -19,8 +19,7 @@ from spark_steward.cleaner import RetryingCleaner
 from spark_steward.config import (CHECKPOINTS_ORPHAN_GRACE, CHECKPOINTS_RETAINED,
                                   CLEANUP_SHUTDOWN_TIMEOUT, CLEANUP_THREADS)
 from spark_steward.errors import CheckpointCorrupt, CheckpointError, StewardError
-from spark_steward.lifecycle.checkpoints import (CheckpointEntry, CheckpointKind,
-                                                 CheckpointState, validate_series)
+from spark_steward.lifecycle.checkpoints import CheckpointEntry, CheckpointState, validate_series
 from spark_steward.spark.services import RuntimeService
 
 if TYPE_CHECKING:
