@@ -7,12 +7,14 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Iterator
+import time
+from typing import Callable, Iterator
 
 import pytest
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from spark_steward.errors import StorageError
 from spark_steward.storage import Storage
 
 # Hypothesis keeps nothing in the checkout: no example database, caches in a temp dir.
@@ -75,3 +77,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if here in item.path.parents and getattr(getattr(item, "obj", None),
                                                  "is_hypothesis_test", False):
             item.add_marker(_LIBCST_IMPORT_WARNING)
+
+
+class Liveness:
+    """``is_dead`` over a fixed set of dead applications, recording what it was asked."""
+
+    def __init__(self, *dead: str) -> None:
+        self.dead = set(dead)
+        self.asked: list[str] = []
+
+    def __call__(self, app: str) -> bool:
+        self.asked.append(app)
+        return app in self.dead
+
+
+def until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Polls ``condition`` until it holds or ``timeout`` passes; its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.002)
+    return condition()
+
+
+def break_delete(monkeypatch: pytest.MonkeyPatch, broken: str) -> Callable[[], None]:
+    """Makes ``Storage.delete(broken)`` fail with an injected StorageError; returns a function
+    that lets it work again."""
+    real_delete = Storage.delete
+
+    def delete(self: Storage, rel: str) -> bool:
+        if rel == broken:
+            raise StorageError(f"could not delete {self.url_of(rel)}: injected")
+        return real_delete(self, rel)
+
+    monkeypatch.setattr(Storage, "delete", delete)
+    return lambda: monkeypatch.setattr(Storage, "delete", real_delete)

@@ -8,6 +8,7 @@ from spark_steward.errors import CheckpointError
 from spark_steward.lifecycle import checkpoints as machine
 from spark_steward.lifecycle.checkpoints import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, validate_series)
+from tests.unit.conftest import Liveness
 
 PENDING, COMPLETED, DISCARDING = (CheckpointState.PENDING, CheckpointState.COMPLETED,
                                   CheckpointState.DISCARDING)
@@ -115,18 +116,6 @@ def test_subsumed_never_drops_the_last_completed_checkpoint() -> None:
 
 
 # -- failover ----------------------------------------------------------------------------------
-
-
-class Liveness:
-    """``is_dead`` over a fixed set of dead applications, recording what it was asked."""
-
-    def __init__(self, *dead: str) -> None:
-        self.dead = set(dead)
-        self.asked: list[str] = []
-
-    def __call__(self, app: str) -> bool:
-        self.asked.append(app)
-        return app in self.dead
 
 
 def ids(entries: list[CheckpointEntry]) -> list[str]:

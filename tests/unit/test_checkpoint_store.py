@@ -28,7 +28,7 @@ from spark_steward.lifecycle.checkpoints import CheckpointEntry, CheckpointKind,
 from spark_steward.lifecycle.cleanup_schedule import CleanupSchedule
 from spark_steward.lifecycle.retry import RetryStrategy
 from spark_steward.storage import Storage
-from tests.unit.conftest import FakeClock
+from tests.unit.conftest import FakeClock, Liveness, until
 from tests.unit.failing_fs import FailingFileSystem, denied, failing_storage
 
 APP = "app-me"
@@ -92,18 +92,6 @@ class ManualCleaner:
         return self.schedule.outstanding() + list(self.schedule.given_up)
 
 
-class Liveness:
-    """``is_dead`` over a fixed set of dead applications, recording what it was asked."""
-
-    def __init__(self, *dead: str) -> None:
-        self.dead = set(dead)
-        self.asked: list[str] = []
-
-    def __call__(self, app: str) -> bool:
-        self.asked.append(app)
-        return app in self.dead
-
-
 def make_store(st: Storage, cleaner: ManualCleaner | RetryingCleaner[Key], clock: FakeClock,
                app: str = APP, is_dead: Callable[[str], bool] = Liveness(),
                **kwargs: Any) -> CheckpointStore:
@@ -157,15 +145,6 @@ def opener(fs: FailingFileSystem) -> Callable[[str], tuple[Storage, str]]:
         parent, name = posixpath.split(url.rstrip("/"))
         return Storage(fs, "/" + parent.split("://", 1)[1], parent), name
     return open_url
-
-
-def until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.002)
-    return condition()
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.lifecycle.retry import RetryStrategy
-from tests.unit.conftest import FakeClock
+from tests.unit.conftest import FakeClock, until
 
 FAST = RetryStrategy.fixed(0.001)
 
@@ -56,15 +56,6 @@ class Flaky:
             if self.attempts <= self.failures:
                 raise self.error
             self.done += 1
-
-
-def until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.002)
-    return condition()
 
 
 def test_ten_thousand_actions_with_transient_failures_all_finish(

@@ -20,9 +20,8 @@ from spark_steward.applications import ApplicationRegistry
 from spark_steward.blob.inventory import (StoredBlob, collect_garbage, list_stored_blobs,
                                           list_temp_files, usage_by_application)
 from spark_steward.cli import ProgressBar, main
-from spark_steward.errors import StorageError
 from spark_steward.storage import Storage
-from tests.unit.conftest import FakeClock
+from tests.unit.conftest import FakeClock, break_delete
 from tests.unit.test_cli import _assert_one_error_line, _run
 
 LIVE, DONE, STALE, ORPHAN, TORN = "app-live", "app-done", "app-stale", "app-orphan", "app-torn"
@@ -293,14 +292,7 @@ def test_a_failing_delete_exits_1_and_the_rest_is_deleted(
         capsys: pytest.CaptureFixture[str], world: World,
         monkeypatch: pytest.MonkeyPatch) -> None:
     broken = f"apps/{DONE}/blobs/_app"
-    real_delete = Storage.delete
-
-    def delete(self: Storage, rel: str) -> bool:
-        if rel == broken:
-            raise StorageError(f"could not delete {self.url_of(rel)}: injected")
-        return real_delete(self, rel)
-
-    monkeypatch.setattr(Storage, "delete", delete)
+    allow_delete = break_delete(monkeypatch, broken)
     code, data, _ = _gc(capsys, world)
     assert code == 1 and data["ok"] is False
     blobs = data["collectors"][0]
@@ -320,7 +312,7 @@ def test_a_failing_delete_exits_1_and_the_rest_is_deleted(
     assert code == 1
     assert f"FAILED {broken}: " in out and "1 delete failed" in out
 
-    monkeypatch.setattr(Storage, "delete", real_delete)
+    allow_delete()
     code, data, _ = _gc(capsys, world)  # the retry finishes the job
     assert code == 0
     assert data["collectors"][0]["deleted"] == [{"app_id": DONE, "files": 2, "bytes": 66}]

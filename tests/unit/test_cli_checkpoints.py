@@ -21,12 +21,11 @@ from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.checkpoint.store import CheckpointStore, Key
 from spark_steward.cleaner import RetryingCleaner
-from spark_steward.errors import StorageError
 from spark_steward.lifecycle import checkpoints as machine
 from spark_steward.lifecycle.checkpoints import CheckpointKind, spark_series
 from spark_steward.lifecycle.retry import RetryStrategy
 from spark_steward.storage import Storage
-from tests.unit.conftest import FakeClock
+from tests.unit.conftest import FakeClock, break_delete
 from tests.unit.test_cli import _assert_one_error_line, _run
 
 LIVE, DONE, CRASHED, GHOST = "app-live", "app-done", "app-crashed", "app-ghost"
@@ -392,14 +391,7 @@ def test_a_failing_delete_exits_1_and_stays_marked(capsys: pytest.CaptureFixture
                                                    world: World,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     broken = layout.data_path("model", 2)
-    real_delete = Storage.delete
-
-    def delete(self: Storage, rel: str) -> bool:
-        if rel == broken:
-            raise StorageError(f"could not delete {self.url_of(rel)}: injected")
-        return real_delete(self, rel)
-
-    monkeypatch.setattr(Storage, "delete", delete)
+    allow_delete = break_delete(monkeypatch, broken)
     code, report, _ = _gc(capsys, world)
     assert code == 1 and report["ok"] is False
     assert [f["path"] for f in report["failed"]] == ["model/2"]
@@ -412,7 +404,7 @@ def test_a_failing_delete_exits_1_and_stays_marked(capsys: pytest.CaptureFixture
     assert code == 1
     assert "FAILED model/2: " in out and "1 delete failed; run gc again to retry" in out
 
-    monkeypatch.setattr(Storage, "delete", real_delete)
+    allow_delete()
     code, report, _ = _gc(capsys, world)
     assert code == 0 and _deleted(report) == {"model/2": (1, 512)}
     assert "model/2" not in world.states() and not world.storage.exists(broken)
