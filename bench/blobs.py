@@ -44,6 +44,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+from steward_session import steward_session
+
 TASKS = 8
 BUF = 4 << 20  # the reusable read buffer of every task, all variants alike
 VARIANTS = ("floor", "steward", "addFile", "broadcast")
@@ -161,29 +163,14 @@ def run_job(sc: Any, task: Callable[[int], Row], size: int) -> Job:
 
 
 def session(tmp: Path) -> Any:
-    from pyspark.sql import SparkSession
-
-    import spark_steward
-
-    builder = (SparkSession.builder.master("local-cluster[2,1,1024]").appName("bench-blobs")
-               .config("spark.jars", str(spark_steward.jar_path()))
-               .config("spark.plugins", "io.sparksteward.shim.StewardPlugin")
-               .config("spark.steward.enabled", "true")
-               .config("spark.steward.local.dir", str(tmp / "steward-local"))
-               .config("spark.steward.storage.dir", (tmp / "steward-storage").as_uri())
-               .config("spark.local.dir", str(tmp / "spark-local"))
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.executor.cores", "1")
-               # The default, stated: one long-lived Python worker per executor runs every task,
-               # so per-process state (steward's verified-copy cache, pyspark's loaded
-               # broadcasts) carries over from the first job to the second, as in real use.
-               .config("spark.python.worker.reuse", "true")
-               # sc.broadcast of the file's bytes: the driver JVM holds the pieces in its heap.
-               .config("spark.driver.memory", "4g"))
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return steward_session(
+        tmp, "bench-blobs",
+        # The default, stated: one long-lived Python worker per executor runs every task, so
+        # per-process state (steward's verified-copy cache, pyspark's loaded broadcasts) carries
+        # over from the first job to the second, as in real use.
+        **{"spark.python.worker.reuse": "true",
+           # sc.broadcast of the file's bytes: the driver JVM holds the pieces in its heap.
+           "spark.driver.memory": "4g"})
 
 
 def write_random(path: Path, size: int) -> None:

@@ -62,6 +62,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+from steward_session import steward_session
+
 SERIES = "bench"
 SAVES = ("builtin", "owned", "steward")
 LABELS = {"builtin": "Spark's own df.checkpoint(eager=True)",
@@ -72,24 +74,7 @@ LABELS = {"builtin": "Spark's own df.checkpoint(eager=True)",
 # -- Spark: save and restore --------------------------------------------------------------------
 
 def session(tmp: Path) -> Any:
-    from pyspark.sql import SparkSession
-
-    import spark_steward
-
-    builder = (SparkSession.builder.master("local-cluster[2,1,1024]").appName("bench-checkpoints")
-               .config("spark.jars", str(spark_steward.jar_path()))
-               .config("spark.plugins", "io.sparksteward.shim.StewardPlugin")
-               .config("spark.steward.enabled", "true")
-               .config("spark.steward.local.dir", str(tmp / "steward-local"))
-               .config("spark.steward.storage.dir", (tmp / "steward-storage").as_uri())
-               .config("spark.local.dir", str(tmp / "spark-local"))
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.executor.cores", "1")
-               .config("spark.driver.memory", "2g"))
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return steward_session(tmp, "bench-checkpoints", **{"spark.driver.memory": "2g"})
 
 
 def make_df(spark: Any, rows: int, partitions: int) -> Any:
