@@ -23,11 +23,25 @@ def _spark_work_dir() -> str | None:
     return os.path.join(os.environ.get("SPARK_HOME") or os.path.dirname(spec.origin), "work")
 
 
+def _running_command_lines() -> str:
+    lines = []
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                lines.append(f.read().replace(b"\0", b" ").decode("utf-8", "replace"))
+        except OSError:
+            continue
+    return "\n".join(lines)
+
+
 def _remove_new_executor_dirs(work: str | None, before: frozenset[str]) -> None:
+    """Executor dirs of applications started during this run; those whose executors still run
+    (another test run on this machine) are left alone."""
     if work is None or not os.path.isdir(work):
         return
+    running = _running_command_lines()
     for name in set(os.listdir(work)) - before:
-        if name.startswith("app-"):
+        if name.startswith("app-") and name not in running:
             shutil.rmtree(os.path.join(work, name), ignore_errors=True)
 
 
