@@ -22,31 +22,22 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import threading
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Sequence
 
 from spark_steward.errors import CheckpointError
+from spark_steward.spark import shim_calls
+from spark_steward.spark.shim_calls import ensure_on_executors, java_message, shim_class
+
+__all__ = ["DataFile", "ensure_on_executors", "hadoop_url", "read_dataframe", "write_dataframe"]
 
 if TYPE_CHECKING:
-    from pyspark import SparkContext
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
 DATA_CLASS = "io.sparksteward.shim.CheckpointData"
-JAVA_ERROR_PREFIX = "spark-steward: checkpoint data "
-
-# fsspec protocol -> Hadoop scheme, where they differ.
-_HADOOP_SCHEMES = {"s3": "s3a", "s3n": "s3a", "gcs": "gs", "local": "file"}
-# fsspec protocols that no Hadoop FileSystem on an executor can write.
-_NOT_HADOOP = frozenset({"memory", "http", "https", "zip", "tar", "github", "git", "data",
-                         "reference", "cached", "simplecache", "filecache", "blockcache", "dir",
-                         "libarchive", "jupyter", "dask", "az"})
-
 
 @dataclass(frozen=True)
 class DataFile:
@@ -60,145 +51,8 @@ class DataFile:
 
 
 def hadoop_url(storage_url: str) -> str:
-    """The URL Spark's executors open for the fsspec ``storage_url`` (``s3://`` is ``s3a://``);
-    CheckpointError for storage only this process can see (``memory://``) or reach."""
-    if "::" in storage_url:
-        raise CheckpointError(
-            f"checkpoint data needs a filesystem Spark's executors can write: {storage_url} is a "
-            "chained fsspec URL; use the underlying URL (file://, hdfs://, s3a://, gs://, ...)")
-    if "://" not in storage_url:
-        return Path(os.path.abspath(storage_url)).as_uri()
-    scheme, rest = storage_url.split("://", 1)
-    scheme = scheme.lower()
-    if scheme in _NOT_HADOOP:
-        raise CheckpointError(
-            f"checkpoint data needs a filesystem Spark's executors can write: {storage_url} "
-            f"({scheme}://) is not one; set spark.steward.storage.dir to a file://, hdfs://, "
-            "s3a://, gs:// or abfss:// URL all executors share")
-    return f"{_HADOOP_SCHEMES.get(scheme, scheme)}://{rest}"
-
-
-# -- JVM access -----------------------------------------------------------------------------
-
-_lock = threading.Lock()
-_on_executors: set[str] = set()  # application ids whose executors can load the shim
-_shims: dict[str, "_Shim"] = {}
-
-
-def _jar_name() -> str:
-    from spark_steward.spark import shim_build
-
-    return shim_build.JAR_NAME
-
-
-def _jar_file(sc: "SparkContext") -> str:
-    from spark_steward.config import SHIM_JAR
-    from spark_steward.spark.shim import jar_path
-
-    return str(jar_path(sc.getConf().get(SHIM_JAR.name, "") or ""))
-
-
-def _executors_have_jar(sc: "SparkContext") -> bool:
-    name = _jar_name()
-    listed = str(sc._jsc.sc().listJars().mkString("\n"))  # type: ignore[union-attr]
-    if any(entry.rsplit("/", 1)[-1] == name for entry in listed.splitlines()):
-        return True
-    extra = sc.getConf().get("spark.executor.extraClassPath", "") or ""
-    return name in extra
-
-
-def ensure_on_executors(sc: "SparkContext") -> None:
-    """Makes the shim jar loadable by this context's executors (``sc.addJar``) when it is not in
-    ``spark.jars`` or the executor class path. Idempotent; cheap after the first call."""
-    app = str(sc.applicationId)
-    with _lock:
-        if app in _on_executors:
-            return
-        if not _executors_have_jar(sc):
-            jar = _jar_file(sc)
-            log.info("spark-steward: adding %s to the executors for checkpoint data", jar)
-            sc._jsc.sc().addJar(jar)  # type: ignore[union-attr]
-        _on_executors.add(app)
-
-
-class _Shim:
-    """Static methods of CheckpointData: straight through py4j when the class is on the driver
-    class path, else by reflection on the class loaded from the jar."""
-
-    def __init__(self, sc: "SparkContext") -> None:
-        from py4j.java_gateway import JavaClass
-
-        self._gateway: Any = cast(Any, sc._gateway)
-        jvm: Any = cast(Any, sc._jvm)
-        obj: Any = jvm
-        for part in DATA_CLASS.split("."):
-            obj = getattr(obj, part)
-        self._direct: Any = obj if isinstance(obj, JavaClass) else None
-        self._methods: dict[str, Any] = {}
-        if self._direct is None:
-            jar = _jar_file(sc)
-            urls = self._gateway.new_array(jvm.java.net.URL, 1)
-            urls[0] = jvm.java.io.File(jar).toURI().toURL()
-            parent = sc._jsc.sc().getClass().getClassLoader()  # type: ignore[union-attr]
-            java_class = jvm.java.net.URLClassLoader(urls, parent).loadClass(DATA_CLASS)
-            for method in java_class.getMethods():
-                self._methods[str(method.getName())] = method
-            log.info("spark-steward: loaded %s from %s (not on the driver class path)",
-                     DATA_CLASS, jar)
-
-    def call(self, name: str, *args: Any) -> Any:
-        if self._direct is not None:
-            return getattr(self._direct, name)(*args)
-        jvm: Any = self._gateway.jvm
-        array = self._gateway.new_array(jvm.java.lang.Object, len(args))
-        for i, arg in enumerate(args):
-            array[i] = arg
-        try:
-            return self._methods[name].invoke(None, array)
-        except Exception as exc:  # unwrap InvocationTargetException for the message
-            _unwrap_invocation(exc)
-            raise
-
-
-def _unwrap_invocation(exc: BaseException) -> None:
-    from py4j.protocol import Py4JJavaError
-
-    if isinstance(exc, Py4JJavaError):
-        target = exc.java_exception
-        if "InvocationTargetException" in str(target.getClass().getName()) \
-                and target.getCause() is not None:
-            exc.java_exception = target.getCause()
-
-
-def _shim(sc: "SparkContext") -> _Shim:
-    app = str(sc.applicationId)
-    with _lock:
-        shim = _shims.get(app)
-        if shim is None:
-            shim = _shims[app] = _Shim(sc)
-        return shim
-
-
-def java_message(exc: BaseException) -> str:
-    """The JVM's own words for a Py4JJavaError, one line, no stack trace: the spark-steward
-    message if one is in the chain (also inside a task failure), else the first line."""
-    texts: list[str] = []
-    java = getattr(exc, "java_exception", None)
-    seen = 0
-    while java is not None and seen < 20:
-        try:
-            texts.append(str(java.toString()))
-            java = java.getCause()
-        except Exception:  # a dead gateway: take what we have
-            break
-        seen += 1
-    if not texts:
-        texts.append(str(exc))
-    for text in texts:
-        at = text.find(JAVA_ERROR_PREFIX)
-        if at >= 0:
-            return text[at:].splitlines()[0].strip()
-    return texts[0].strip().splitlines()[0].strip() if texts[0].strip() else type(exc).__name__
+    """The Hadoop URL executors open for ``storage_url``; CheckpointError when there is none."""
+    return shim_calls.hadoop_url(storage_url, "checkpoint data", CheckpointError)
 
 
 # -- the data path ----------------------------------------------------------------------------
@@ -216,7 +70,7 @@ def write_dataframe(df: "DataFrame", data_url: str) -> list[DataFile]:
     ensure_on_executors(sc)
     tag = uuid.uuid4().hex[:12]
     try:
-        out = _shim(sc).call("write", df._jdf, data_url, tag)
+        out = shim_class(sc, DATA_CLASS).call("write", df._jdf, data_url, tag)
     except Py4JJavaError as exc:
         raise CheckpointError(
             f"writing checkpoint data to {data_url} failed: {java_message(exc)}") from None
@@ -253,7 +107,7 @@ def read_dataframe(spark: "SparkSession", data_url: str, files: Sequence[DataFil
     sc = spark.sparkContext
     ensure_on_executors(sc)
     try:
-        jdf = _shim(sc).call("read", spark._jsparkSession, data_url, listing, schema_json)
+        jdf = shim_class(sc, DATA_CLASS).call("read", spark._jsparkSession, data_url, listing, schema_json)
     except Py4JJavaError as exc:
         raise CheckpointError(
             f"reading checkpoint data from {data_url} failed: {java_message(exc)}") from None
