@@ -236,6 +236,91 @@ def cmd_checkpoints_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- cache -----------------------------------------------------------------------------------
+
+
+def cmd_cache_ls(args: argparse.Namespace) -> int:
+    from spark_steward.tables.inventory import list_tables
+
+    registry = open_registry(args)
+    listing, corrupt = list_tables(registry)
+    if args.json:
+        print(json.dumps({
+            "storage": registry.storage.url,
+            "tables": [{"key": t.entry.key, "state": t.entry.state.value,
+                        "shared": t.entry.shared, "app_id": t.entry.app_id,
+                        "liveness": t.liveness, "attempt": t.entry.attempt,
+                        "users": [{"app_id": u, "liveness": lv} for u, lv in t.users],
+                        "rows": t.entry.rows, "files": t.files, "bytes": t.bytes,
+                        "created_at": t.entry.created_at,
+                        "description": t.entry.description,
+                        "discard_reason": t.entry.discard_reason or None} for t in listing],
+            "corrupt_entries": corrupt,
+        }, indent=2))
+        return 0
+    for path in corrupt:
+        print(f"warning: entry {path} fails verification (left alone)", file=sys.stderr)
+    if not listing:
+        print(f"no cached tables in {registry.storage.url}")
+        return 0
+    now = time.time()
+    key_w = max(3, *(len(t.entry.key) for t in listing))
+    owner_w = max(11, *(len(t.entry.app_id) + len(t.liveness) + 3 for t in listing))
+    print(f"{'KEY':<{key_w}}  {'STATE':<19}  {'SHARED':<6}  {'ROWS':>10}  {'FILES':>5}  "
+          f"{'SIZE':>10}  {'CREATED':<12}  {'APPLICATION':<{owner_w}}  USERS  DESCRIPTION")
+    for t in listing:
+        e = t.entry
+        owner = f"{e.app_id} ({t.liveness})"
+        users = ",".join(u for u, _ in t.users) or "-"
+        print(f"{e.key:<{key_w}}  {e.state.value:<19}  {'yes' if e.shared else 'no':<6}  "
+              f"{e.rows:>10}  {t.files:>5}  {_size(t.bytes):>10}  "
+              f"{_ago(now - e.created_at):<12}  {owner:<{owner_w}}  {users}  "
+              f"{e.description or '-'}")
+    print(f"total: {_plural(len(listing), 'table')}, {_size(sum(t.bytes for t in listing))}")
+    return 0
+
+
+def cmd_cache_du(args: argparse.Namespace) -> int:
+    from spark_steward.tables.inventory import space
+
+    registry = open_registry(args)
+    found = space(registry)
+    dead = sum(b for lv, b in found.by_liveness.items() if lv in ("finished", "crashed"))
+    totals = {"tables": sum(n for n, _ in found.by_state.values()),
+              "bytes": sum(b for _, b in found.by_state.values()),
+              "live_bytes": found.by_liveness.get("live", 0), "dead_bytes": dead,
+              "unknown_bytes": found.by_liveness.get("unknown", 0),
+              "orphan_files": found.orphan_files, "orphan_bytes": found.orphan_bytes}
+    if args.json:
+        print(json.dumps({
+            "storage": registry.storage.url,
+            "states": {s: {"tables": n, "bytes": b} for s, (n, b) in found.by_state.items()},
+            "applications": [{"app_id": a.app_id, "liveness": a.liveness, "tables": a.tables,
+                              "bytes": a.bytes} for a in found.by_application],
+            "totals": totals,
+            "corrupt_entries": found.corrupt,
+        }, indent=2))
+        return 0
+    for path in found.corrupt:
+        print(f"warning: entry {path} fails verification (left alone)", file=sys.stderr)
+    if not totals["tables"] and not found.orphan_files:
+        print(f"no cached tables in {registry.storage.url}")
+        return 0
+    print(f"{'STATE':<19}  {'TABLES':>6}  {'SIZE':>10}")
+    for state, (n, size) in found.by_state.items():
+        print(f"{state:<19}  {n:>6}  {_size(size):>10}")
+    if found.by_application:
+        app_w = max(11, *(len(a.app_id) for a in found.by_application))
+        print(f"\n{'APPLICATION':<{app_w}}  {'STATE':<8}  {'TABLES':>6}  {'SIZE':>10}")
+        for a in found.by_application:
+            print(f"{a.app_id:<{app_w}}  {a.liveness:<8}  {a.tables:>6}  {_size(a.bytes):>10}")
+    print(f"\ntotal: {_plural(totals['tables'], 'table')}, {_size(totals['bytes'])} "
+          f"(live {_size(totals['live_bytes'])}, dead {_size(dead)}, unknown "
+          f"{_size(totals['unknown_bytes'])}); orphaned: "
+          f"{_plural(found.orphan_files, 'file')}, {_size(found.orphan_bytes)}")
+    return 0
+
+
 # -- gc --------------------------------------------------------------------------------------
 
 
@@ -306,9 +391,23 @@ def _collect_checkpoints(registry: "ApplicationRegistry", args: argparse.Namespa
                            progress=progress)
 
 
-#: What ``gc`` collects, in order. Caches join this list later.
+def _collect_caches(registry: "ApplicationRegistry", args: argparse.Namespace,
+                    progress: "Progress | None") -> "GcReport":
+    from spark_steward.config import CACHE_ORPHAN_GRACE, CACHE_SHARED_RETENTION
+    from spark_steward.tables.inventory import collect_garbage
+
+    grace = (CACHE_ORPHAN_GRACE.parse(args.orphan_grace) if args.orphan_grace
+             else CACHE_ORPHAN_GRACE.default)
+    retention = (CACHE_SHARED_RETENTION.parse(args.shared_retention) if args.shared_retention
+                 else CACHE_SHARED_RETENTION.default)
+    return collect_garbage(registry, dry_run=args.dry_run, orphan_grace=grace,
+                           progress=progress, shared_retention=retention)
+
+
+#: What ``gc`` collects, in order.
 GC_COLLECTORS: list[Collector] = [Collector("blobs", _collect_blobs),
-                                  Collector("checkpoints", _collect_checkpoints, "item")]
+                                  Collector("checkpoints", _collect_checkpoints, "item"),
+                                  Collector("caches", _collect_caches, "item")]
 
 
 def _gc_json(name: str, report: "GcReport", noun: str) -> dict[str, Any]:
@@ -430,8 +529,12 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--dry-run", action="store_true",
                     help="delete nothing; list what would be deleted")
     gc.add_argument("--orphan-grace", metavar="DURATION",
-                    help="checkpoint data no entry owns is deleted once this old (default: "
-                         "spark.steward.checkpoints.orphan-grace, 1h)")
+                    help="checkpoint and cached-table data no entry owns is deleted once "
+                         "this old (default: spark.steward.checkpoints.orphan-grace and "
+                         "spark.steward.cache.orphan-grace, 1h)")
+    gc.add_argument("--shared-retention", metavar="DURATION",
+                    help="shared cached tables no application uses are deleted once released "
+                         "this long ago (default: spark.steward.cache.shared-retention, 1h)")
     gc.set_defaults(run=cmd_gc)
 
     checkpoints = sub.add_parser("checkpoints", help="checkpoints in a storage dir")
@@ -441,6 +544,18 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_arguments(cls)
     cls.add_argument("--series", help="only this series")
     cls.set_defaults(run=cmd_checkpoints_ls)
+
+    cache = sub.add_parser("cache", help="cached tables in a storage dir")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
+    tls = cache_sub.add_parser(
+        "ls", help="one line per cached table: key, state, shared, rows, files, size, created, "
+                   "application and its liveness, users, description")
+    _storage_arguments(tls)
+    tls.set_defaults(run=cmd_cache_ls)
+    tdu = cache_sub.add_parser(
+        "du", help="bytes per state and per application, live vs dead, orphaned bytes")
+    _storage_arguments(tdu)
+    tdu.set_defaults(run=cmd_cache_du)
 
     sub.add_parser("version", help="print the version").set_defaults(run=cmd_version)
     return parser

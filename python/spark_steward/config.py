@@ -234,6 +234,27 @@ CHECKPOINTS_TRANSPARENT = _key(
     "`rdd.checkpoint()`) in sessions with spark-steward on: registered before they are written, "
     "deleted repeatably when Spark's cleaner drops the checkpointed RDD, at stop, and after a "
     "crash. Also turns on `spark.cleaner.referenceTracking.cleanCheckpoints` unless it is set.")
+CACHE_MAX_BYTES = _key(
+    "spark.steward.cache.max-bytes", SIZE, "0",
+    "Most bytes of materialized cached tables an application keeps (`0`: unbounded). A new "
+    "materialization that would exceed it first evicts the least recently used caches no "
+    "query references, with a log line; when that cannot make room the table is used uncached "
+    "with a warning, never a failed job.", minimum=0)
+CACHE_TRANSPARENT = _key(
+    "spark.steward.cache.transparent", BOOL, "false",
+    "Routes `df.cache()` and `df.persist()` of sessions with spark-steward on through "
+    "spark-steward's cached tables (materialized once as Parquet in the storage dir, verified, "
+    "cleaned up); `df.unpersist()` invalidates.")
+CACHE_ORPHAN_GRACE = _key(
+    "spark.steward.cache.orphan-grace", DURATION, "1h",
+    "Cached-table data, manifests and user records that no entry owns are deleted at attach and "
+    "by `spark-steward gc` once they are this old (a safety window for writers on storage that "
+    "lists new objects late).", minimum=0)
+CACHE_SHARED_RETENTION = _key(
+    "spark.steward.cache.shared-retention", DURATION, "1h",
+    "A shared cached table no running application uses any more is kept this long for the "
+    "next application computing the same plan, then deleted by the next attach or "
+    "`spark-steward gc` (staged cleanup; `0`: deleted when its last user stops).", minimum=0)
 CLEANUP_STRATEGY = _key(
     "spark.steward.cleanup-strategy", STRING, "exponential-delay",
     "How failed cleanups (checkpoint discards) are retried, as Flink's `cleanup-strategy`: "

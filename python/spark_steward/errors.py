@@ -86,3 +86,24 @@ class CheckpointNotFound(CheckpointError):
 
 class CheckpointCorrupt(CheckpointError, ChecksumMismatch):
     """Checkpoint data or metadata fails verification; names the series, id and file."""
+
+
+class CacheError(StewardError):
+    """A cached-table operation failed; the message names the table key."""
+
+
+class InvalidTableKey(CacheError, ValueError):
+    """A cached-table key, token, digest or attempt id is malformed; the message names it."""
+
+
+class TableStateError(CacheError):
+    """An illegal cached-table state change (e.g. completing a table marked for deletion)."""
+
+
+class TableReplaced(CacheError):
+    """complete() found the table's entry gone, marked or of another attempt: a cleanup or
+    another materialization took the key over, so this attempt's result is not recorded."""
+
+
+class ManifestError(CacheError):
+    """A cached table's data files could not be listed or read into a manifest; names the file."""

@@ -13,7 +13,7 @@ import os
 import posixpath
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterator
 
 import fsspec
@@ -32,10 +32,12 @@ _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "ad
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One file below the root: its relative path and size in bytes."""
+    """One file below the root: its relative path, size in bytes and, where the backend lists
+    it, modification time (epoch seconds; informative, so not part of equality)."""
 
     path: str
     size: int
+    modified: float | None = field(default=None, compare=False)
 
 
 def _modified(info: dict[str, Any]) -> float | None:
@@ -246,7 +248,7 @@ class Storage:
                 continue
             full = str(full)
             relpath = full[len(prefix):] if full.startswith(prefix) else full
-            yield FileEntry(relpath, int(info.get("size") or 0))
+            yield FileEntry(relpath, int(info.get("size") or 0), _modified(info))
 
     def last_modified(self, rel: str = "") -> float | None:
         """Newest modification time (epoch seconds) of ``rel`` or anything below it; None when
