@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from spark_steward.spark.runtime import DriverRuntime
 
 __all__ = ["__version__", "attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path",
-           "blobs", "scope", "checkpoints"]
+           "blobs", "scope", "checkpoints", "cache", "close"]
 
 
 def __getattr__(name: str) -> Any:
@@ -67,6 +67,34 @@ def checkpoints(name: str, retained: int | None = None,
     from spark_steward.spark.checkpoint_service import CheckpointSeries
 
     return CheckpointSeries(name, retained, spark)
+
+
+def cache(df: "DataFrame", *, shared: bool = False) -> "DataFrame":
+    """``df`` as a cached table: computed once, at its first use, into the storage dir.
+
+    >>> t = spark_steward.cache(df)          # doctest: +SKIP  (nothing runs yet)
+    >>> t.count()                          # materializes: the plan is written as Parquet
+    >>> t.groupBy("k").count().show()      # reads the Parquet files, not the plan
+    >>> t.invalidate()                     # deletes the files; the next use recomputes
+
+    The result is a DataFrame (a :class:`~spark_steward.spark.cached_table.CachedTable`); every
+    query built on it reads the materialized files once they exist. Missing or changed files
+    are recomputed from the original plan. With ``shared=True`` the result is keyed by the plan
+    and the identity of its input files, and other applications computing the same plan over
+    the same inputs reuse it. A streaming DataFrame is returned unchanged.
+    """
+    from spark_steward.spark.cached_table import cache as _cache
+
+    return _cache(df, shared=shared)
+
+
+def close(spark: "SparkSession | None" = None) -> int:
+    """Releases every table cached in ``spark`` (the active session if None) physically, like
+    FLIP-36's ``TableEnvironment.close()``; ``spark.stop()`` does this for every session.
+    Returns how many tables were released."""
+    from spark_steward.spark.cached_table import close as _close
+
+    return _close(spark)
 
 
 def attach(spark: Any = None) -> "DriverRuntime":

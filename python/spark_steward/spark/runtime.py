@@ -29,6 +29,7 @@ from spark_steward.spark.heartbeat import ApplicationHeartbeat
 from spark_steward.spark.jvm import PLUGIN_CLASS, EventBridgeHandle, SparkJvm
 from spark_steward.spark.pump import EventPump
 from spark_steward.spark.services import RuntimeService, service_factories
+from spark_steward.spark.table_service import TableService
 from spark_steward.spark.shim import jar_path
 from spark_steward.storage import Storage
 
@@ -84,7 +85,7 @@ class DriverRuntime:
         # Broadcast in start(), once services (the blob server's port) have filled it in.
         self.context_broadcast: "Broadcast[ExecutorContext] | None" = None
         self.services: list[RuntimeService] = [ApplicationHeartbeat(), BlobService(),
-                                               CheckpointService()]
+                                               CheckpointService(), TableService()]
         self.services += [factory() for _, factory in service_factories()]
         self._stopped = False
         self._lock = threading.Lock()

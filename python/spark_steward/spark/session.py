@@ -8,14 +8,16 @@ SparkContext's conf).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from spark_steward.config import ENABLED
+from spark_steward.config import ENABLED, ConfigKey
 from spark_steward.errors import SetupError
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
+
+T = TypeVar("T")
 
 
 def is_connect_session(spark: Any) -> bool:
@@ -50,6 +52,13 @@ def session_enabled(spark: "SparkSession", context_default: bool) -> bool:
     if raw is None:
         return context_default
     return bool(ENABLED.parse(raw))
+
+
+def session_value(spark: "SparkSession", key: "ConfigKey[T]", context_value: T) -> T:
+    """``key`` from ``spark``'s runtime conf when set there, else the context's value: the
+    per-session switches (``spark.conf.set``) of every capability."""
+    raw = spark.conf.get(key.name, None)
+    return context_value if raw is None else key.parse(raw)
 
 
 def active_session() -> "SparkSession | None":

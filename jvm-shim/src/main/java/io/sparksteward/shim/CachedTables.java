@@ -1,0 +1,269 @@
+package io.sparksteward.shim;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Locale;
+import java.util.function.Function;
+import java.util.function.Predicate;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.ExperimentalMethods;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Alias;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.expressions.PythonFuncExpression;
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.OneRowRelation;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.plans.logical.Range;
+import org.apache.spark.sql.catalyst.rules.Rule;
+import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.sql.classic.Dataset$;
+import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
+import org.apache.spark.sql.execution.datasources.LogicalRelation;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
+import org.apache.spark.sql.types.Metadata;
+
+import scala.Option;
+import scala.jdk.javaapi.CollectionConverters;
+import scala.runtime.AbstractPartialFunction;
+
+/**
+ * The facade Python uses for cached tables: builds the marker DataFrame of a cached table,
+ * installs the rule that replaces it, holds the driver runtime's resolver and computes the
+ * identity of a plan for caches shared across applications.
+ */
+public final class CachedTables {
+  static final String ERROR_PREFIX = "spark-steward: ";
+  /** Set by Python's DataFrame.explain on its thread: plan without materializing. */
+  static final String EXPLAIN_PROPERTY = "spark.steward.cache.explain";
+
+  private static volatile Function<String, String> resolver;
+
+  private CachedTables() {}
+
+  /** The driver runtime's answer to "what should this query read for table id?". */
+  public static void setResolver(Function<String, String> value) {
+    resolver = value;
+  }
+
+  public static void clearResolver() {
+    resolver = null;
+  }
+
+  /**
+   * A DataFrame over the marker of cached table {@code id}, whose rows are those of
+   * {@code source}. Analysis only: nothing runs.
+   */
+  public static Dataset<Row> marker(SparkSession session, String id, Dataset<Row> source,
+      String description) {
+    installRule(session);
+    LogicalPlan analyzed = source.queryExecution().analyzed();
+    CachedTableMarker table = new CachedTableMarker(id, source.schema(), analyzed, description);
+    return Dataset$.MODULE$.ofRows(session,
+        DataSourceV2Relation.create(table, Option.empty(), Option.empty()));
+  }
+
+  /**
+   * {@code ds} with a query execution of its own. Spark keeps the optimized plan of a Dataset
+   * for all its later actions; a cached table hands each use a fresh one, so every action asks
+   * again what to read (after an invalidation, a fallback or an explain).
+   */
+  public static Dataset<Row> fresh(Dataset<Row> ds) {
+    return Dataset$.MODULE$.ofRows(ds.sparkSession(), ds.logicalPlan());
+  }
+
+  /** The id of the cached table {@code ds} is directly built on, or null. */
+  public static String markerId(Dataset<Row> ds) {
+    CachedTableMarker marker = CachedTableRule.markerOf(ds.queryExecution().analyzed());
+    return marker == null ? null : marker.id();
+  }
+
+  static synchronized void installRule(SparkSession session) {
+    ExperimentalMethods experimental = session.experimental();
+    List<Rule<LogicalPlan>> rules =
+        new ArrayList<>(CollectionConverters.asJava(experimental.extraOptimizations()));
+    for (Rule<LogicalPlan> rule : rules) {
+      if (rule instanceof CachedTableRule) {
+        return;
+      }
+    }
+    rules.add(new CachedTableRule(session));
+    experimental.extraOptimizations_$eq(CollectionConverters.asScala(rules).toList());
+  }
+
+  /**
+   * The folder URL to read for table {@code id}, or null to use its original plan. Asks the
+   * Python resolver, which materializes the table on its first use.
+   */
+  static String resolve(SparkSession session, String id) {
+    Function<String, String> current = resolver;
+    if (current == null) {
+      return null;
+    }
+    String explain = session.sparkContext().getLocalProperty(EXPLAIN_PROPERTY);
+    String answer = current.apply(id + "\t" + ("true".equals(explain) ? "explain" : "run"));
+    if (answer == null || answer.equals("source")) {
+      return null;
+    }
+    if (answer.startsWith("files\t")) {
+      return answer.substring("files\t".length());
+    }
+    throw new IllegalStateException(ERROR_PREFIX + (answer.startsWith("error\t")
+        ? answer.substring("error\t".length()) : "unexpected answer for cached table " + id));
+  }
+
+  // -- identity of a plan, for shared caches ----------------------------------------------------
+
+  /**
+   * "ok\t" followed by a text that is equal for two plans exactly when they compute the same rows
+   * from the same inputs: the canonicalized plan, the pickled bytes of every Python function,
+   * the rows of local relations, and path, length and modification time of every input file.
+   * "unsupported\t" and the reason when the plan reads something whose content cannot be
+   * identified (an RDD, a stream, a non-file source) or the clock.
+   */
+  public static String sharedIdentity(Dataset<Row> ds) throws IOException {
+    LogicalPlan plan = inlineMarkers(ds.queryExecution().analyzed());
+    Identity identity = new Identity(ds.sparkSession().sessionState().newHadoopConf());
+    identity.visit(plan);
+    if (identity.problem != null) {
+      return "unsupported\t" + identity.problem;
+    }
+    Collections.sort(identity.parts);
+    return "ok\t" + plan.canonicalized().treeString() + "\n" + String.join("\n", identity.parts);
+  }
+
+  private static LogicalPlan inlineMarkers(LogicalPlan plan) {
+    return plan.transformUp(new AbstractPartialFunction<LogicalPlan, LogicalPlan>() {
+      @Override
+      public boolean isDefinedAt(LogicalPlan p) {
+        return CachedTableRule.markerOf(p) != null;
+      }
+
+      @Override
+      public LogicalPlan apply(LogicalPlan p) {
+        LogicalPlan source = inlineMarkers(CachedTableRule.markerOf(p).source());
+        List<Attribute> produced = CollectionConverters.asJava(source.output());
+        List<Attribute> wanted = CollectionConverters.asJava(p.output());
+        List<NamedExpression> aliases = new ArrayList<>();
+        for (int i = 0; i < wanted.size(); i++) {
+          aliases.add(new Alias(produced.get(i), wanted.get(i).name(), wanted.get(i).exprId(),
+              emptySeq(), Option.<Metadata>empty(), emptySeq()));
+        }
+        return new Project(CollectionConverters.asScala(aliases).toList(), source);
+      }
+    });
+  }
+
+  private static final class Identity {
+    final Configuration hadoopConf;
+    final List<String> parts = new ArrayList<>();
+    String problem;
+
+    Identity(Configuration hadoopConf) {
+      this.hadoopConf = hadoopConf;
+    }
+
+    void visit(LogicalPlan plan) throws IOException {
+      if (problem != null) {
+        return;
+      }
+      if (plan.isStreaming()) {
+        problem = "it is a streaming plan";
+        return;
+      }
+      if (plan.children().isEmpty()) {
+        leaf(plan);
+      }
+      for (Expression e : CollectionConverters.asJava(plan.expressions())) {
+        expression(e);
+      }
+      for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+        visit(child);
+      }
+    }
+
+    void leaf(LogicalPlan plan) throws IOException {
+      if (plan instanceof LogicalRelation
+          && ((LogicalRelation) plan).relation() instanceof HadoopFsRelation) {
+        HadoopFsRelation fs = (HadoopFsRelation) ((LogicalRelation) plan).relation();
+        for (String file : fs.location().inputFiles()) {
+          Path path = new Path(file);
+          FileStatus status = path.getFileSystem(hadoopConf).getFileStatus(path);
+          parts.add("file " + file + " " + status.getLen() + " " + status.getModificationTime());
+        }
+      } else if (plan instanceof LocalRelation) {
+        MessageDigest digest = sha256();
+        for (InternalRow row : CollectionConverters.asJava(((LocalRelation) plan).data())) {
+          digest.update(row.toString().getBytes(StandardCharsets.UTF_8));
+          digest.update((byte) '\n');
+        }
+        parts.add("local " + HexFormat.of().formatHex(digest.digest()));
+      } else if (!(plan instanceof Range || plan instanceof OneRowRelation)) {
+        problem = "it reads " + plan.nodeName() + ", whose content spark-steward cannot identify "
+            + "(shared caches need file sources, ranges or local data)";
+      }
+    }
+
+    void expression(Expression e) throws IOException {
+      if (problem != null) {
+        return;
+      }
+      String name = e.getClass().getSimpleName().toLowerCase(Locale.ROOT);
+      if (name.startsWith("current") || name.equals("now") || name.startsWith("localtimestamp")) {
+        problem = "it reads the clock or the session (" + e.prettyName() + ")";
+        return;
+      }
+      if (!e.deterministic()) {
+        problem = "it is not deterministic (" + e.prettyName() + ")";
+        return;
+      }
+      if (e instanceof PythonFuncExpression) {
+        MessageDigest digest = sha256();
+        for (Object b : CollectionConverters.asJava(((PythonFuncExpression) e).func().command())) {
+          digest.update((Byte) b);
+        }
+        parts.add("python " + ((PythonFuncExpression) e).name() + " "
+            + HexFormat.of().formatHex(digest.digest()));
+      }
+      if (e instanceof SubqueryExpression) {
+        visit(((SubqueryExpression) e).plan());
+      }
+      for (Expression child : CollectionConverters.asJava(e.children())) {
+        expression(child);
+      }
+    }
+  }
+
+  private static MessageDigest sha256() {
+    try {
+      return MessageDigest.getInstance("SHA-256");
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  // -- small Scala interop helpers ------------------------------------------------------------
+
+  static <T> scala.collection.immutable.Seq<T> emptySeq() {
+    return CollectionConverters.asScala(new ArrayList<T>()).toList();
+  }
+
+  static <T> scala.Function1<T, Object> fn(Predicate<T> predicate) {
+    return predicate::test;
+  }
+}
