@@ -28,6 +28,7 @@ def main() -> int:
     args = parser.parse_args()
 
     flags = [f"{k}={v}" for k, v in conf_pairs(args.storage, None)]
+    flags.append("spark.steward.cache.transparent=true")  # df.cache() through spark-steward
     print("[demo] spark-submit with the flags `spark-steward conf` prints:")
     for flag in flags:
         print(f"         --conf {flag}")
@@ -51,7 +52,10 @@ def main() -> int:
     print("[demo] checkpoints left behind (spark-steward checkpoints ls):")
     listing = subprocess.run([sys.executable, "-m", "spark_steward.cli", "checkpoints", "ls",
                               "--storage", args.storage]).returncode
-    return status or listing
+    print("[demo] cached tables left behind (spark-steward cache ls):")
+    tables = subprocess.run([sys.executable, "-m", "spark_steward.cli", "cache", "ls",
+                             "--storage", args.storage]).returncode
+    return status or listing or tables
 
 
 if __name__ == "__main__":

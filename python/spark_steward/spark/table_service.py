@@ -125,6 +125,15 @@ class TableService(RuntimeService):
         return self._shim
 
     def before_context_stop(self, runtime: "DriverRuntime") -> None:
+        self._release_all()
+
+    def stop(self, runtime: "DriverRuntime") -> None:
+        self._release_all()  # an explicit detach() without spark.stop() lands here only
+        if self.store is not None:
+            self.store.close(runtime.conf.get(CLEANUP_SHUTDOWN_TIMEOUT))
+
+    def _release_all(self) -> None:
+        """Every table of the application goes; queries on them compute their plans."""
         if self._shim is not None:
             try:
                 self._shim.call("clearResolver")
@@ -135,10 +144,6 @@ class TableService(RuntimeService):
             self._records.clear()
         for record in records:
             self._release(record, "its application stopped")
-
-    def stop(self, runtime: "DriverRuntime") -> None:
-        if self.store is not None:
-            self.store.close(runtime.conf.get(CLEANUP_SHUTDOWN_TIMEOUT))
 
     def _require_runtime(self) -> "DriverRuntime":
         if self._runtime is None or self.store is None:
@@ -376,22 +381,35 @@ class TableService(RuntimeService):
             return True
         others = [r for r in self.records() if r is not record and r.entry is not None]
         candidates = [CacheUsage(r.table_id, r.entry.bytes if r.entry else 0, r.last_used,
-                                 r.holders > 0) for r in others]
+                                 r.holders > 0 or _busy(r)) for r in others]
         chosen = choose_evictions(candidates, sum(c.bytes for c in candidates), incoming, limit)
         if chosen is None:
             return False
         by_id = {r.table_id: r for r in others}
         for table_id in chosen:
             victim = by_id[table_id]
-            with victim.lock:
+            if not victim.lock.acquire(blocking=False):  # being read or written right now
+                log.info("not evicting cached table %s: in use", victim.table_id)
+                continue
+            try:
                 entry = victim.entry
                 victim.entry = victim.manifest = None
+            finally:
+                victim.lock.release()
             if entry is not None:
                 log.info("evicting cached table %s (%s, %d bytes, unreferenced, least recently "
                          "used) to fit spark.steward.cache.max-bytes=%d", entry.key,
                          victim.description, entry.bytes, limit)
                 self._release_entry(entry, "evicted to fit spark.steward.cache.max-bytes")
         return True
+
+
+def _busy(record: CatalogRecord) -> bool:
+    """Whether another thread is resolving or materializing ``record`` now."""
+    if record.lock.acquire(blocking=False):
+        record.lock.release()
+        return False
+    return True
 
 
 def _describe(df: "DataFrame") -> str:
