@@ -28,12 +28,24 @@ public final class CachedTableMarker implements SupportsRead {
   private final StructType schema;
   private final LogicalPlan source;
   private final String description;
+  /** The Parquet relation of the folder last resolved: the same folder is listed only once. */
+  private volatile Object[] lastRead;
 
   CachedTableMarker(String id, StructType schema, LogicalPlan source, String description) {
     this.id = id;
     this.schema = schema;
     this.source = source;
     this.description = description;
+  }
+
+  /** The relation read from {@code url} last time, or null for another folder. */
+  Object lastRelation(String url) {
+    Object[] last = lastRead;
+    return last != null && last[0].equals(url) ? last[1] : null;
+  }
+
+  void rememberRelation(String url, Object relation) {
+    lastRead = new Object[] {url, relation};
   }
 
   public String id() {

@@ -91,16 +91,25 @@ public final class CachedTableRule extends Rule<LogicalPlan> {
     return new Project(CollectionConverters.asScala(aliases).toList(), optimized);
   }
 
+  /**
+   * A scan of the Parquet folder {@code url} with the marker's attributes. The folder of one
+   * materialization never changes (the driver checked it against its manifest just now), so its
+   * relation and file listing are made once and reused by every later query.
+   */
   private LogicalPlan filesRelation(CachedTableMarker marker, String url,
       List<AttributeReference> output) {
-    LogicalPlan read = session.read().schema(marker.structType())
-        .option("parquet.page.verify-checksum.enabled", "true")
-        .parquet(url).queryExecution().analyzed();
-    if (!(read instanceof LogicalRelation)) {
-      throw new IllegalStateException(CachedTables.ERROR_PREFIX + "reading " + url
-          + " gave an unexpected plan " + read.nodeName());
+    LogicalRelation relation = (LogicalRelation) marker.lastRelation(url);
+    if (relation == null) {
+      LogicalPlan read = session.read().schema(marker.structType())
+          .option("parquet.page.verify-checksum.enabled", "true")
+          .parquet(url).queryExecution().analyzed();
+      if (!(read instanceof LogicalRelation)) {
+        throw new IllegalStateException(CachedTables.ERROR_PREFIX + "reading " + url
+            + " gave an unexpected plan " + read.nodeName());
+      }
+      relation = (LogicalRelation) read;
+      marker.rememberRelation(url, relation);
     }
-    LogicalRelation relation = (LogicalRelation) read;
     return new LogicalRelation(relation.relation(), CollectionConverters.asScala(output).toList(),
         relation.catalogTable(), false, Option.empty());
   }
