@@ -1,5 +1,7 @@
 """A driver SIGKILLed while it materializes a cached table leaves a pending entry and partial
-Parquet files; ``spark-steward gc`` (and any later attach) removes all of it."""
+Parquet files; the next application's attach removes all of it, and that application (an
+unmodified script whose ``df.cache()`` goes through spark-steward) leaves nothing either.
+``spark-steward gc`` does the same without Spark (tests/unit/test_cli_cache.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.conftest import BackgroundJob, steward_conf
+from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit, steward_conf
+from tests.spark.test_submit_cache import ROWS, TRANSPARENT, expected_job, write_input
 
 pytestmark = pytest.mark.spark
 
@@ -25,7 +28,8 @@ def _files(root: Path) -> list[str]:
         if root.exists() else []
 
 
-def test_a_driver_killed_during_materialization_leaves_nothing_after_gc(tmp_path: Path) -> None:
+def test_a_driver_killed_during_materialization_leaves_nothing_after_the_next_attach(
+        tmp_path: Path) -> None:
     storage = tmp_path / "storage"
     run = BackgroundJob(SCRIPT, steward_conf(storage), tmp_path / "job.json")
     job = run.wait_for_output()
@@ -47,9 +51,15 @@ def test_a_driver_killed_during_materialization_leaves_nothing_after_gc(tmp_path
             capture_output=True).returncode == 0:
         time.sleep(0.2)
 
-    gc = subprocess.run([sys.executable, "-m", "spark_steward.cli", "gc", "--storage",
-                         storage.as_uri(), "--json"], capture_output=True, text=True)
-    assert gc.returncode == 0, gc.stdout + gc.stderr
-    report = {c["name"]: c for c in json.loads(gc.stdout)["collectors"]}["caches"]
-    assert [d["item"] for d in report["deleted"]] and report["failed"] == []
-    assert _files(tables) == []
+    killed = [f for f in _files(tables) if f.startswith("entries/")]
+
+    # The next application on this storage: an unmodified script with transparent caching.
+    out, source = tmp_path / "next.json", write_input(tmp_path / "in")
+    result = run_spark_submit(SCRIPTS / "cache_job.py", steward_conf(storage, TRANSPARENT),
+                              str(out), str(source))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    job = json.loads(out.read_text())
+    assert {k: job[k] for k in ("rows", "total", "top", "high")} == expected_job()
+    assert job["udf_calls"] == ROWS, "its own table was materialized once for four actions"
+    assert killed and _files(tables) == [], "the attach removed the dead driver's table and " \
+        "the stop removed its own"
