@@ -15,14 +15,20 @@ readable record are left alone and reported as skipped: absence of proof is not 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, TypeVar
 
 from spark_steward.applications import OWNED_DIR, ApplicationRegistry
 from spark_steward.blob.keys import BlobKey, validate_scope_id
 from spark_steward.errors import InvalidBlobKey, StewardError, StorageError
 from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.storage import FileEntry, Storage
+
+if TYPE_CHECKING:
+    from spark_steward.cleaner import RetryingCleaner
+
+K = TypeVar("K")
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +223,33 @@ class GcReport:
     @property
     def bytes(self) -> int:
         return sum(d.bytes for d in self.deleted)
+
+
+def finish_cleanup(report: GcReport, cleaner: "RetryingCleaner[K]", doomed: list[str],
+                   sizes: Mapping[str, tuple[int, int]], *, describe: Callable[[K], str],
+                   label: str, progress: Progress | None, timeout: float) -> None:
+    """Waits (up to ``timeout``) for the deletions a store's recovery handed to ``cleaner``,
+    drawing progress as ``label``, then reports each of ``doomed`` (as ``describe`` names the
+    cleaner's keys) deleted with its ``sizes`` or failed with the cleaner's last error. A dry
+    run submitted nothing: everything is reported as would-be deleted."""
+    if not report.dry_run:
+        total = len(doomed)
+        deadline = time.monotonic() + timeout
+        while cleaner.outstanding() and time.monotonic() < deadline:
+            if progress is not None:
+                progress(total - len(cleaner.outstanding()), total, label)
+            cleaner.wait_idle(0.2)
+        if progress is not None and total:
+            progress(total, total, label)
+    failed = {describe(k): err for k, err in cleaner.given_up().items()}
+    for key in cleaner.outstanding():
+        failed.setdefault(describe(key), "still failing when gc stopped waiting")
+    for item in doomed:
+        if item in failed:
+            report.failed.append(Failed(item, failed[item]))
+            continue
+        files, size = sizes.get(item, (0, 0))
+        report.deleted.append(Deleted(item, files, size))
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,10 @@ manifests and user records no entry owns once they are past the grace window.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 
 from spark_steward.applications import ApplicationRegistry
-from spark_steward.blob.inventory import Deleted, Failed, GcReport, Progress, Skipped
+from spark_steward.blob.inventory import GcReport, Progress, Skipped, finish_cleanup
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import StewardError
 from spark_steward.lifecycle.retry import RetryStrategy
@@ -150,25 +149,8 @@ def collect_garbage(registry: ApplicationRegistry, *, dry_run: bool, orphan_grac
         for path in found.corrupt:
             report.skipped.append(Skipped(path, "entry fails verification; its table is left "
                                                 "alone"))
-        doomed = found.discarding + found.orphans
-        if not dry_run:
-            total = len(doomed)
-            deadline = time.monotonic() + timeout
-            while store.cleaner.outstanding() and time.monotonic() < deadline:
-                if progress is not None:
-                    progress(total - len(store.cleaner.outstanding()), total, "caches")
-                store.cleaner.wait_idle(0.2)
-            if progress is not None and total:
-                progress(total, total, "caches")
-        failed = {_item(k): err for k, err in store.cleaner.given_up().items()}
-        for key in store.cleaner.outstanding():
-            failed.setdefault(_item(key), "still failing when gc stopped waiting")
-        for item in doomed:
-            if item in failed:
-                report.failed.append(Failed(item, failed[item]))
-                continue
-            files, size = sizes.get(item, (0, 0))
-            report.deleted.append(Deleted(item, files, size))
+        finish_cleanup(report, store.cleaner, found.discarding + found.orphans, sizes,
+                       describe=_item, label="caches", progress=progress, timeout=timeout)
     finally:
         store.cleaner.close(0)
     return report
