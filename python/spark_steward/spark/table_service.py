@@ -252,8 +252,8 @@ class TableService(RuntimeService):
         with self._lock:
             record = self._records.get(table_id)
         if record is None:
-            log.warning("cached table %s was invalidated by close(); this query computes its "
-                        "original plan", table_id)
+            log.warning("cached table %s was released (close() or the end of spark-steward); "
+                        "this query computes its original plan", table_id)
             return "source"
         try:
             with record.lock:
@@ -320,7 +320,11 @@ class TableService(RuntimeService):
                         session_value(record.source.sparkSession, CACHE_MAX_BYTES,
                                       runtime.conf.get(CACHE_MAX_BYTES)))
             return None
-        record.entry = store.complete(entry, manifest)
+        try:
+            record.entry = store.complete(entry, manifest)
+        except StewardError:  # replaced or discarded meanwhile: this attempt's files go now
+            store.discard(entry, "it was replaced before it completed")
+            raise
         record.manifest = manifest
         log.info("materialized cached table %s (%s): %d rows, %d bytes in %d file(s)",
                  entry.key, record.description, manifest.rows, manifest.bytes,
