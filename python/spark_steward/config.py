@@ -237,8 +237,8 @@ CHECKPOINTS_TRANSPARENT = _key(
 CACHE_MAX_BYTES = _key(
     "spark.steward.cache.max-bytes", SIZE, "0",
     "Most bytes of materialized cached tables an application keeps (`0`: unbounded). A new "
-    "materialization that would exceed it first evicts the least recently used caches no "
-    "query references, with a log line; when that cannot make room the table is used uncached "
+    "materialization that would exceed it first evicts the least recently used caches no live "
+    "`CachedTable` object refers to, with a log line; when that cannot make room the table is used uncached "
     "with a warning, never a failed job.", minimum=0)
 CACHE_TRANSPARENT = _key(
     "spark.steward.cache.transparent", BOOL, "false",
