@@ -254,6 +254,7 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
                         "rows": t.entry.rows, "files": t.files, "bytes": t.bytes,
                         "created_at": t.entry.created_at,
                         "description": t.entry.description,
+                        "released_at": t.entry.released_at,
                         "discard_reason": t.entry.discard_reason or None} for t in listing],
             "corrupt_entries": corrupt,
         }, indent=2))
