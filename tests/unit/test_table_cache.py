@@ -217,3 +217,32 @@ def test_shared_key_rejects_a_bad_digest(digest: str) -> None:
 def test_validate_key_rejects_anything_that_is_not_one_safe_segment(key: str) -> None:
     with pytest.raises(InvalidTableKey, match="cached table key"):
         validate_key(key)
+
+
+# -- staged retention of shared tables -----------------------------------------------------------
+
+
+def test_a_shared_table_without_live_users_waits_out_its_retention() -> None:
+    from spark_steward.lifecycle.table_cache import to_stamp_released
+
+    ready = entry(SHARED, READY, shared=True, app="app-gone")
+    users = {SHARED: {"app-gone", "app-also-gone"}}
+    dead = {"app-gone", "app-also-gone"}.__contains__
+    # first stage: never released (its users died), so its retention starts now
+    assert to_clean_at_recovery([ready], users, dead, now=100.0, retention=60.0) == []
+    assert to_stamp_released([ready], users, dead) == [ready]
+    released = replace(ready, released_at=100.0)
+    assert to_stamp_released([released], users, dead) == [], "a stamp is never renewed"
+    assert to_clean_at_recovery([released], users, dead, now=159.0, retention=60.0) == []
+    assert to_clean_at_recovery([released], users, dead, now=160.0, retention=60.0) == \
+        [(released, "shared table without a live user")]
+    # without retention it goes at once; with a live user it is never a candidate
+    assert to_clean_at_recovery([ready], users, dead, now=100.0, retention=0.0) == \
+        [(ready, "shared table without a live user")]
+    alive = {SHARED: {"app-gone", "app-live"}}
+    assert to_clean_at_recovery([released], alive, dead, now=10_000.0, retention=60.0) == []
+    assert to_stamp_released([ready], alive, dead) == []
+    # a pending shared table of a dead writer is cleaned whatever the retention
+    stuck = entry(SHARED, PENDING, shared=True, app="app-gone")
+    assert [e for e, _ in to_clean_at_recovery([stuck], users, dead, now=0.0,
+                                               retention=60.0)] == [stuck]
