@@ -8,14 +8,18 @@ import tempfile
 import uuid
 from pathlib import Path
 import time
-from typing import Callable, Iterator
+from typing import Callable, Hashable, Iterator
 
 import pytest
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import StorageError
+from spark_steward.lifecycle.cleanup_schedule import CleanupSchedule
+from spark_steward.lifecycle.retry import RetryStrategy
 from spark_steward.storage import Storage
+from tests.unit.failing_fs import FailingFileSystem, failing_storage
 
 # Hypothesis keeps nothing in the checkout: no example database, caches in a temp dir.
 _HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="spark-steward-hypothesis-")
@@ -113,3 +117,88 @@ def break_delete(monkeypatch: pytest.MonkeyPatch, broken: str) -> Callable[[], N
 
     monkeypatch.setattr(Storage, "delete", delete)
     return lambda: monkeypatch.setattr(Storage, "delete", real_delete)
+
+
+# -- the store tests' harness: a cleaner the test drives, a filesystem that fails on command ----
+
+
+class ManualCleaner:
+    """RetryingCleaner's contract without threads: due actions run when the test says so."""
+
+    def __init__(self, strategy: RetryStrategy, clock: FakeClock) -> None:
+        self.clock = clock
+        self.schedule: CleanupSchedule[Hashable] = CleanupSchedule(strategy, clock)
+        self.actions: dict[Hashable, Callable[[], None]] = {}
+        self.errors: list[tuple[Hashable, Exception]] = []
+        self.closed = False
+
+    def submit(self, key: Hashable, action: Callable[[], None]) -> bool:
+        if self.closed or key in self.actions:
+            return False
+        self.actions[key] = action
+        self.schedule.submit(key)
+        return True
+
+    def run_due(self) -> int:
+        """Runs what is due now; returns how many actions ran."""
+        due = self.schedule.due()
+        for key in due:
+            try:
+                self.actions[key]()
+            except Exception as exc:  # noqa: BLE001 - the cleaner retries everything
+                self.errors.append((key, exc))
+                if self.schedule.failed(key, f"{type(exc).__name__}: {exc}") is None:
+                    del self.actions[key]
+            else:
+                self.schedule.succeeded(key)
+                del self.actions[key]
+        return len(due)
+
+    def run_until_idle(self, rounds: int = 50) -> None:
+        """Runs every action, moving the clock to each retry, until nothing is outstanding."""
+        for _ in range(rounds):
+            self.run_due()
+            wait = self.schedule.next_due_in()
+            if wait is None:
+                return
+            self.clock.advance(wait)
+        raise AssertionError(f"cleanup still outstanding: {self.schedule.outstanding()}")
+
+    def outstanding(self) -> list[Hashable]:
+        return self.schedule.outstanding()
+
+    def given_up(self) -> dict[Hashable, str]:
+        return {k: t.last_error for k, t in self.schedule.given_up.items()}
+
+    def close(self, timeout: float) -> list[Hashable]:
+        self.closed = True
+        return self.schedule.outstanding() + list(self.schedule.given_up)
+
+
+@pytest.fixture
+def fs(clock: FakeClock) -> FailingFileSystem:
+    return FailingFileSystem(clock=clock)
+
+
+@pytest.fixture
+def st(fs: FailingFileSystem) -> Storage:
+    return failing_storage(fs)[0]  # rooted at /steward
+
+
+@pytest.fixture
+def cleaner(clock: FakeClock) -> ManualCleaner:
+    return ManualCleaner(RetryStrategy.fixed(1.0), clock)
+
+
+@pytest.fixture
+def real_cleaners() -> Iterator[Callable[[RetryStrategy], RetryingCleaner[Hashable]]]:
+    """Real cleaners (IO pool + scheduler thread) a test builds; closed afterwards."""
+    made: list[RetryingCleaner[Hashable]] = []
+
+    def build(strategy: RetryStrategy) -> RetryingCleaner[Hashable]:
+        made.append(RetryingCleaner(strategy, threads=2))
+        return made[-1]
+
+    yield build
+    for c in made:
+        c.close(0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 import time
 import uuid
-from typing import Any, Callable, Hashable, Iterator, cast
+from typing import Any, Callable, cast
 
 import threading
 
@@ -25,10 +25,9 @@ from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import (CheckpointError, CheckpointNotFound, OutcomeUnknown,
                                   StorageError)
 from spark_steward.lifecycle.checkpoints import CheckpointEntry, CheckpointKind, CheckpointState
-from spark_steward.lifecycle.cleanup_schedule import CleanupSchedule
 from spark_steward.lifecycle.retry import RetryStrategy
 from spark_steward.storage import Storage
-from tests.unit.conftest import FakeClock, Liveness, until
+from tests.unit.conftest import FakeClock, Liveness, ManualCleaner, until
 from tests.unit.failing_fs import FailingFileSystem, denied, failing_storage
 
 APP = "app-me"
@@ -37,59 +36,6 @@ HOUR = 3600.0
 
 
 # -- harness -----------------------------------------------------------------------------------
-
-
-class ManualCleaner:
-    """RetryingCleaner's contract without threads: due actions run when the test says so."""
-
-    def __init__(self, strategy: RetryStrategy, clock: FakeClock) -> None:
-        self.clock = clock
-        self.schedule: CleanupSchedule[Hashable] = CleanupSchedule(strategy, clock)
-        self.actions: dict[Hashable, Callable[[], None]] = {}
-        self.errors: list[tuple[Hashable, Exception]] = []
-        self.closed = False
-
-    def submit(self, key: Hashable, action: Callable[[], None]) -> bool:
-        if self.closed or key in self.actions:
-            return False
-        self.actions[key] = action
-        self.schedule.submit(key)
-        return True
-
-    def run_due(self) -> int:
-        """Runs what is due now; returns how many actions ran."""
-        due = self.schedule.due()
-        for key in due:
-            try:
-                self.actions[key]()
-            except Exception as exc:  # noqa: BLE001 - the cleaner retries everything
-                self.errors.append((key, exc))
-                if self.schedule.failed(key, f"{type(exc).__name__}: {exc}") is None:
-                    del self.actions[key]
-            else:
-                self.schedule.succeeded(key)
-                del self.actions[key]
-        return len(due)
-
-    def run_until_idle(self, rounds: int = 50) -> None:
-        """Runs every action, moving the clock to each retry, until nothing is outstanding."""
-        for _ in range(rounds):
-            self.run_due()
-            wait = self.schedule.next_due_in()
-            if wait is None:
-                return
-            self.clock.advance(wait)
-        raise AssertionError(f"cleanup still outstanding: {self.schedule.outstanding()}")
-
-    def outstanding(self) -> list[Hashable]:
-        return self.schedule.outstanding()
-
-    def given_up(self) -> dict[Hashable, str]:
-        return {k: t.last_error for k, t in self.schedule.given_up.items()}
-
-    def close(self, timeout: float) -> list[Hashable]:
-        self.closed = True
-        return self.schedule.outstanding() + list(self.schedule.given_up)
 
 
 def make_store(st: Storage, cleaner: ManualCleaner | RetryingCleaner[Key], clock: FakeClock,
@@ -148,37 +94,8 @@ def opener(fs: FailingFileSystem) -> Callable[[str], tuple[Storage, str]]:
 
 
 @pytest.fixture
-def fs(clock: FakeClock) -> FailingFileSystem:
-    return FailingFileSystem(clock=clock)
-
-
-@pytest.fixture
-def st(fs: FailingFileSystem) -> Storage:
-    return failing_storage(fs, ROOT)[0]
-
-
-@pytest.fixture
-def cleaner(clock: FakeClock) -> ManualCleaner:
-    return ManualCleaner(RetryStrategy.fixed(1.0), clock)
-
-
-@pytest.fixture
 def store(st: Storage, cleaner: ManualCleaner, clock: FakeClock) -> CheckpointStore:
     return make_store(st, cleaner, clock)
-
-
-@pytest.fixture
-def real_cleaners() -> Iterator[Callable[[RetryStrategy], RetryingCleaner[Key]]]:
-    """Real cleaners (IO pool + scheduler thread) a test builds; closed afterwards."""
-    made: list[RetryingCleaner[Key]] = []
-
-    def build(strategy: RetryStrategy) -> RetryingCleaner[Key]:
-        made.append(RetryingCleaner(strategy, threads=2))
-        return made[-1]
-
-    yield build
-    for c in made:
-        c.close(0)
 
 
 # -- the failing filesystem does what these tests rely on ------------------------------------

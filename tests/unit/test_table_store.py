@@ -3,7 +3,7 @@ order (mark → data → manifest → users → entry) and its retries, the re-m
 failover of dead applications, shared tables released by their last live user, orphans, and
 the quick and full checks of the Parquet files against their manifest.
 
-Cleanup runs deterministically with test_checkpoint_store's :class:`ManualCleaner` on a fake
+Cleanup runs deterministically with the conftest's :class:`ManualCleaner` on a fake
 clock; a few tests run the real :class:`RetryingCleaner`.
 """
 
@@ -31,9 +31,8 @@ from spark_steward.storage import Storage
 from spark_steward.tables import store as layout
 from spark_steward.tables.manifest import Manifest, build_manifest, find_problem
 from spark_steward.tables.store import Key, RecoveryReport, TableStore
-from tests.unit.conftest import FakeClock, Liveness, until
-from tests.unit.failing_fs import FailingFileSystem, failing_storage
-from tests.unit.test_checkpoint_store import ManualCleaner, real_cleaners  # noqa: F401
+from tests.unit.conftest import FakeClock, Liveness, ManualCleaner, until
+from tests.unit.failing_fs import FailingFileSystem
 
 APP = "app-me"
 ROOT = "/steward"
@@ -85,21 +84,6 @@ def materialize(store: TableStore, key: str = KEY, *, shared: bool = False,
 
 def stored_state(st: Storage, key: str) -> str:
     return str(st.read_record(layout.entry_path(key))["state"])
-
-
-@pytest.fixture
-def fs(clock: FakeClock) -> FailingFileSystem:
-    return FailingFileSystem(clock=clock)
-
-
-@pytest.fixture
-def st(fs: FailingFileSystem) -> Storage:
-    return failing_storage(fs, ROOT)[0]
-
-
-@pytest.fixture
-def cleaner(clock: FakeClock) -> ManualCleaner:
-    return ManualCleaner(RetryStrategy.fixed(1.0), clock)
 
 
 @pytest.fixture
