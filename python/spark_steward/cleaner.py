@@ -14,10 +14,13 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Generic, Hashable, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Hashable, TypeVar
 
 from spark_steward.lifecycle.cleanup_schedule import CleanupSchedule
 from spark_steward.lifecycle.retry import RetryStrategy
+
+if TYPE_CHECKING:
+    from spark_steward.config import StewardConf
 
 log = logging.getLogger(__name__)
 
@@ -136,3 +139,12 @@ class RetryingCleaner(Generic[K]):
             self._schedule.succeeded(key)
             self._actions.pop(key, None)
             self._cond.notify_all()
+
+
+def cleaner_from_conf(conf: "StewardConf", name: str,
+                      describe: Callable[[K], str] = str) -> RetryingCleaner[K]:
+    """A cleaner with the application's ``cleanup-strategy`` and ``cleanup.io-threads``."""
+    from spark_steward.config import CLEANUP_THREADS
+
+    return RetryingCleaner(conf.retry_strategy(), threads=conf.get(CLEANUP_THREADS), name=name,
+                           describe=describe)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_steward.checkpoint.store import CheckpointStore, Key
-from spark_steward.cleaner import RetryingCleaner
+from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
 from spark_steward.config import (CHECKPOINTS_ORPHAN_GRACE, CHECKPOINTS_RETAINED,
-                                  CLEANUP_SHUTDOWN_TIMEOUT, CLEANUP_THREADS)
+                                  CLEANUP_SHUTDOWN_TIMEOUT)
 from spark_steward.errors import CheckpointCorrupt, CheckpointError, StewardError
 from spark_steward.lifecycle.checkpoints import CheckpointEntry, CheckpointState, validate_series
 from spark_steward.spark.services import RuntimeService
@@ -48,9 +48,7 @@ class CheckpointService(RuntimeService):
     def start(self, runtime: "DriverRuntime") -> None:
         conf = runtime.conf
         self._runtime = runtime
-        cleaner: RetryingCleaner[Key] = RetryingCleaner(
-            conf.retry_strategy(), threads=conf.get(CLEANUP_THREADS), name="checkpoint-cleanup",
-            describe=describe_key)
+        cleaner: RetryingCleaner[Key] = cleaner_from_conf(conf, "checkpoint-cleanup", describe_key)
         self.store = CheckpointStore(runtime.storage, runtime.app_id, cleaner,
                                      is_dead=runtime.registry.is_dead)
         report = self.store.recover(conf.get(CHECKPOINTS_ORPHAN_GRACE))

@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spark_steward.cleaner import RetryingCleaner
+from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
 from spark_steward.config import (CACHE_MAX_BYTES, CACHE_ORPHAN_GRACE, CACHE_SHARED_RETENTION,
                                   CLEANUP_SHUTDOWN_TIMEOUT, CLEANUP_THREADS)
 from spark_steward.errors import CacheError, StewardError
@@ -92,9 +92,7 @@ class TableService(RuntimeService):
     def start(self, runtime: "DriverRuntime") -> None:
         conf = runtime.conf
         self._runtime = runtime
-        cleaner: RetryingCleaner[Key] = RetryingCleaner(
-            conf.retry_strategy(), threads=conf.get(CLEANUP_THREADS), name="table-cleanup",
-            describe=describe)
+        cleaner: RetryingCleaner[Key] = cleaner_from_conf(conf, "table-cleanup", describe)
         self.store = TableStore(runtime.storage, runtime.app_id, cleaner,
                                 is_dead=runtime.registry.is_dead,
                                 shared_retention=conf.get(CACHE_SHARED_RETENTION))
