@@ -5,6 +5,8 @@ Layout below the storage root::
     checkpoints/entries/<series>/<number>.json     the entry: state, owner, where the data is
     checkpoints/artifacts/<series>/<number>.json   the serialized checkpoint: schema, file list
     checkpoints/data/<series>/<number>/            the data files (written by executors)
+    checkpoints/merged/<series>/<number>/          physical files a merged save wrote; later
+                                                   checkpoints of the series may use them too
 
 Every entry and artifact is an atomic, checksummed record, verified on read. Entries and
 artifacts live apart from the data, so deleting a data folder never touches the metadata that
@@ -27,6 +29,7 @@ ROOT = "checkpoints"
 ENTRIES = f"{ROOT}/entries"
 ARTIFACTS = f"{ROOT}/artifacts"
 DATA = f"{ROOT}/data"
+MERGED = f"{ROOT}/merged"
 
 
 def _name(number: int) -> str:
@@ -43,6 +46,11 @@ def artifact_path(series: str, number: int) -> str:
 
 def data_path(series: str, number: int) -> str:
     return f"{DATA}/{validate_series(series)}/{_name(number)}"
+
+
+def merged_path(series: str, number: int) -> str:
+    """The creator folder of merged save ``series/number``."""
+    return f"{MERGED}/{validate_series(series)}/{_name(number)}"
 
 
 def parse_number(name: str) -> int | None:
@@ -111,7 +119,7 @@ class CheckpointMetadata:
     def series(self) -> list[str]:
         """Every series with an entry, an artifact or a data folder."""
         names: set[str] = set()
-        for folder in (ENTRIES, ARTIFACTS, DATA):
+        for folder in (ENTRIES, ARTIFACTS, DATA, MERGED):
             names.update(self.storage.list_names(folder))
         return sorted(names)
 
@@ -123,6 +131,18 @@ class CheckpointMetadata:
                                        self.storage.list_names(f"{folder}/{series}"))
                            if n is not None}
         return found
+
+    def series_entries(self, series: str) -> list[CheckpointEntry]:
+        """Every entry of ``series`` as stored now. Raises on one that cannot be read: whoever
+        decides from them what to delete must not guess."""
+        found = []
+        for name in self.storage.list_names(f"{ENTRIES}/{validate_series(series)}"):
+            number = parse_number(name)
+            if number is not None:
+                entry = self.read_entry(series, number)
+                if entry is not None:
+                    found.append(entry)
+        return sorted(found, key=lambda e: e.number)
 
     def load(self) -> tuple[list[CheckpointEntry], list[str]]:
         """Every readable entry, and the paths of entries that failed verification (logged,

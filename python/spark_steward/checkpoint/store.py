@@ -14,13 +14,14 @@ import posixpath
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import CheckpointNotFound, StewardError
 from spark_steward.lifecycle import checkpoints as machine
+from spark_steward.lifecycle import segments as merging
 from spark_steward.lifecycle.checkpoints import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState)
 from spark_steward.storage import Storage
@@ -104,11 +105,23 @@ class CheckpointStore:
             if not dry_run:
                 self.discard(entry, entry.discard_reason or
                              f"{entry.state.value} checkpoint of {entry.app_id}, which is gone")
-        for rel in self.orphans(orphan_grace, entries, corrupt):
+        unsafe = {path.split("/")[2] for path in corrupt}
+        merged_orphans = [rel for series in self.storage.list_names(layout.MERGED)
+                          if series not in unsafe
+                          for rel in self._merged_orphans(series, orphan_grace)]
+        for rel in self.orphans(orphan_grace, entries, corrupt) + merged_orphans:
             report.orphans.append(rel)
             if not dry_run:
                 self.cleaner.submit(("orphan:" + rel, 0), self._orphan_deletion(rel))
         return report
+
+    def _merged_orphans(self, series: str, grace: float) -> list[str]:
+        try:
+            return self.unreferenced_files(series, grace)
+        except StewardError as exc:
+            log.warning("not sweeping the physical files of checkpoint series %s: %s", series,
+                        exc)
+            return []
 
     def orphans(self, grace: float, entries: list[CheckpointEntry],
                 corrupt: list[str]) -> list[str]:
@@ -142,15 +155,23 @@ class CheckpointStore:
     # -- the lifecycle -------------------------------------------------------------------------
 
     def begin(self, series: str, *, kind: CheckpointKind = CheckpointKind.SERIES,
-              data: str | None = None) -> CheckpointEntry:
-        """Registers a pending checkpoint durably; returns before any data may be written."""
+              data: str | None = None, merged: bool = False,
+              reuses: Iterable[str] = ()) -> CheckpointEntry:
+        """Registers a pending checkpoint durably; returns before any data may be written.
+
+        A ``merged`` one writes into its creator folder (the entry's ``data``) and names the
+        physical files of earlier checkpoints it ``reuses``, so no cleanup deletes them while
+        it is being written."""
         machine.validate_series(series)
         with self._lock:
             seen = self.metadata.numbers(series)
             known = set().union(*seen.values()) | {n for s, n in self._entries if s == series}
+            known |= self._merged_numbers(series) if merged else set()
             number = machine.next_number(known | {self._highest.get(series, 0)})
-            entry = machine.pending(series, number, self.app_id, kind,
-                                    data or layout.data_path(series, number), self.clock())
+            default = layout.merged_path(series, number) if merged else \
+                layout.data_path(series, number)
+            entry = machine.pending(series, number, self.app_id, kind, data or default,
+                                    self.clock(), merged=merged, reuses=reuses)
             self.metadata.write_entry(entry)
             self._entries[entry.key] = entry
             self._note_number(series, number)
@@ -158,13 +179,17 @@ class CheckpointStore:
 
     def complete(self, entry: CheckpointEntry, artifact: dict[str, Any] | None = None, *,
                  rows: int | None = None, bytes_: int | None = None, files: int | None = None,
-                 retained: int | None = None) -> CheckpointEntry:
-        """Writes the artifact, then the completed entry; subsumes beyond ``retained``."""
+                 retained: int | None = None,
+                 physical: Iterable[str] | None = None) -> CheckpointEntry:
+        """Writes the artifact, then the completed entry; subsumes beyond ``retained``.
+
+        ``physical``: for a merged checkpoint, every physical file its segments are in."""
         # Under the lock: a discard marked between the state check and the writes would be
         # overwritten by a completed entry whose data the cleaner is deleting.
         with self._lock:
             current = self._entries.get(entry.key, entry)
-            done = machine.complete(current, self.clock(), rows=rows, bytes_=bytes_, files=files)
+            done = machine.complete(current, self.clock(), rows=rows, bytes_=bytes_, files=files,
+                                    physical=physical)
             if artifact is not None:
                 self.metadata.write_artifact(entry.series, entry.number, artifact)
             self.metadata.write_entry(done)
@@ -222,21 +247,74 @@ class CheckpointStore:
         log.info("discarded checkpoint %s (%s)", entry.id, entry.discard_reason)
 
     def _delete_data(self, entry: CheckpointEntry) -> None:
-        if entry.kind is CheckpointKind.SERIES:
+        if entry.merged:
+            self.sweep_merged(entry.series)
+        elif entry.kind.in_storage:
             self.storage.delete(entry.data)
         else:
             target, name = self._open_url(entry.data)
             target.delete(name)
 
+    # -- merged physical files -----------------------------------------------------------------
+
+    def _merged_numbers(self, series: str) -> set[int]:
+        """Creator folders in use: a new save must not write into an old save's folder."""
+        return {n for n in (layout.parse_number(name) for name in
+                            self.storage.list_names(f"{layout.MERGED}/{series}"))
+                if n is not None}
+
+    def unreferenced_files(self, series: str, grace: float = 0.0) -> list[str]:
+        """Physical files of ``series`` that no stored entry needs, ``grace`` seconds old.
+
+        Derived from the metadata every time (never a counter): files are listed first, entries
+        read second (see :func:`~spark_steward.lifecycle.segments.deletable_files`). An entry
+        that cannot be read stops the sweep: it might own anything."""
+        folder = f"{layout.MERGED}/{machine.validate_series(series)}"
+        if not self.storage.is_local:
+            self.storage.fs.invalidate_cache(self.storage.path(folder))
+        listed = list(self.storage.walk_files(folder))
+        entries = self.metadata.series_entries(series)
+        ages = {f.path: f.modified for f in listed}
+        now = self.clock()
+        found = []
+        for rel in merging.deletable_files(ages, entries):
+            modified = ages[rel]
+            if grace <= 0 or (modified is not None and now - modified >= grace):
+                found.append(rel)
+        return found
+
+    def sweep_merged(self, series: str) -> list[str]:
+        """Deletes the physical files of ``series`` no entry needs (idempotent); returns them."""
+        gone = self.unreferenced_files(series)
+        for rel in gone:
+            self.storage.delete(rel)
+        folder = f"{layout.MERGED}/{series}"
+        for name in self.storage.list_names(folder):
+            self.storage.remove_empty_folder(f"{folder}/{name}")
+        if gone:
+            log.info("removed %d physical checkpoint file(s) of series %s no checkpoint uses",
+                     len(gone), series)
+        return gone
+
     def data_usage(self, entry: CheckpointEntry) -> tuple[int, int]:
-        """``(files, bytes)`` of the checkpoint's data."""
-        if entry.kind is CheckpointKind.SERIES:
+        """``(files, bytes)`` of the checkpoint's data (for a merged one: of the physical files
+        it uses, which it may share with other checkpoints)."""
+        if entry.merged:
+            files = bytes_ = 0
+            for rel in entry.physical:
+                for item in self.storage.walk_files(rel):
+                    files += 1
+                    bytes_ += item.size
+            return files, bytes_
+        if entry.kind.in_storage:
             return self.storage.usage(entry.data)
         target, name = self._open_url(entry.data)
         return target.usage(name)
 
     def data_exists(self, entry: CheckpointEntry) -> bool:
-        if entry.kind is CheckpointKind.SERIES:
+        if entry.merged:
+            return all(self.storage.exists(rel) for rel in entry.physical)
+        if entry.kind.in_storage:
             return self.storage.exists(entry.data)
         target, name = self._open_url(entry.data)
         return target.exists(name)

@@ -34,6 +34,14 @@ class CheckpointKind(enum.Enum):
     SPARK_RDD = "spark-rdd"
     #: The ``<dir>/<uuid>`` folder ``sc.setCheckpointDir`` creates for one SparkContext.
     SPARK_CONTEXT_DIR = "spark-context-dir"
+    #: ``df.checkpoint()`` served by the store (``checkpoints.replace-builtin``): data in the
+    #: storage dir like a series', never restored by another application.
+    SPARK_DATAFRAME = "spark-dataframe"
+
+    @property
+    def in_storage(self) -> bool:
+        """Whether the data path is relative to the storage root (else an absolute URL)."""
+        return self in (CheckpointKind.SERIES, CheckpointKind.SPARK_DATAFRAME)
 
 
 def validate_series(name: str, *, internal_ok: bool = True) -> str:
@@ -72,6 +80,10 @@ class CheckpointEntry:
     files: int | None = None
     discard_reason: str = ""
     marked_at: float | None = None
+    #: File-merged (FLIP-306): ``data`` is the creator folder of the save and ``physical`` the
+    #: physical files whose segments it uses (for a pending one: those it reuses).
+    merged: bool = False
+    physical: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -85,6 +97,7 @@ class CheckpointEntry:
         body = {k: v for k, v in self.__dict__.items()}
         body["kind"] = self.kind.value
         body["state"] = self.state.value
+        body["physical"] = list(self.physical)
         return body
 
     @classmethod
@@ -93,21 +106,28 @@ class CheckpointEntry:
         values = {k: v for k, v in body.items() if k in known}
         values["kind"] = CheckpointKind(values["kind"])
         values["state"] = CheckpointState(values["state"])
+        values["physical"] = tuple(str(p) for p in values.get("physical", ()))  # type: ignore[union-attr]
         return cls(**values)  # type: ignore[arg-type]
 
 
-def pending(series: str, number: int, app_id: str, kind: CheckpointKind, data: str, now: float
-            ) -> CheckpointEntry:
-    return CheckpointEntry(series, number, app_id, kind, CheckpointState.PENDING, data, now)
+def pending(series: str, number: int, app_id: str, kind: CheckpointKind, data: str, now: float,
+            *, merged: bool = False, reuses: Iterable[str] = ()) -> CheckpointEntry:
+    return CheckpointEntry(series, number, app_id, kind, CheckpointState.PENDING, data, now,
+                           merged=merged, physical=tuple(sorted(set(reuses))))
 
 
 def complete(entry: CheckpointEntry, now: float, *, rows: int | None = None,
-             bytes_: int | None = None, files: int | None = None) -> CheckpointEntry:
-    """PENDING → COMPLETED; anything else is a bug in the caller, reported with the id."""
+             bytes_: int | None = None, files: int | None = None,
+             physical: Iterable[str] | None = None) -> CheckpointEntry:
+    """PENDING → COMPLETED; anything else is a bug in the caller, reported with the id.
+
+    ``physical`` (merged checkpoints) replaces the pending reuse list by every physical file the
+    checkpoint's segments are in."""
     if entry.state is not CheckpointState.PENDING:
         raise CheckpointError(f"checkpoint {entry.id} cannot complete: it is {entry.state.value}")
-    return replace(entry, state=CheckpointState.COMPLETED, completed_at=now, rows=rows,
+    done = replace(entry, state=CheckpointState.COMPLETED, completed_at=now, rows=rows,
                    bytes=bytes_, files=files)
+    return done if physical is None else replace(done, physical=tuple(sorted(set(physical))))
 
 
 def mark_for_deletion(entry: CheckpointEntry, reason: str, now: float) -> CheckpointEntry:
@@ -157,4 +177,4 @@ def to_discard_at_recovery(entries: Iterable[CheckpointEntry], is_dead: Callable
 
 def owned_data(entries: Iterable[CheckpointEntry]) -> set[str]:
     """Data paths some entry still names (anything else under the data folder is an orphan)."""
-    return {e.data for e in entries if e.kind is CheckpointKind.SERIES}
+    return {e.data for e in entries if e.kind.in_storage}
