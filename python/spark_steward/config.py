@@ -67,6 +67,13 @@ def _parse_size(raw: str) -> int:
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
 
 
+def _parse_float(raw: str) -> float:
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise ValueError("a number such as 2.0") from None
+
+
 def _parse_retries(raw: str) -> int | None:
     """``infinite`` (None: retry until it succeeds) or a whole number of retries."""
     text = raw.strip().lower()
@@ -97,6 +104,7 @@ BOOL: ConfigType[bool] = ConfigType("boolean", _parse_bool)
 INT: ConfigType[int] = ConfigType("int", _parse_int)
 DURATION: ConfigType[float] = ConfigType("duration", _parse_duration)
 SIZE: ConfigType[int] = ConfigType("size", _parse_size)
+FLOAT: ConfigType[float] = ConfigType("number", _parse_float)
 STRING: ConfigType[str] = ConfigType("string", _parse_str)
 RETRIES: ConfigType[int | None] = ConfigType("int or `infinite`", _parse_retries)
 
@@ -234,6 +242,28 @@ CHECKPOINTS_TRANSPARENT = _key(
     "`rdd.checkpoint()`) in sessions with spark-steward on: registered before they are written, "
     "deleted repeatably when Spark's cleaner drops the checkpointed RDD, at stop, and after a "
     "crash. Also turns on `spark.cleaner.referenceTracking.cleanCheckpoints` unless it is set.")
+CHECKPOINTS_MERGING = _key(
+    "spark.steward.checkpoints.file-merging.enabled", BOOL, "true",
+    "Saves checkpoints file-merged (FLIP-306): each partition is one Arrow IPC segment and a "
+    "save writes a few physical files instead of one per partition. Restore reads either "
+    "layout whatever this says. Settable per session.")
+CHECKPOINTS_MERGING_MAX_FILE_SIZE = _key(
+    "spark.steward.checkpoints.file-merging.max-file-size", SIZE, "128m",
+    "Largest physical file a merged save appends to; a segment that would pass it starts the "
+    "next file (a single larger segment gets a file of its own).", minimum=1)
+CHECKPOINTS_MERGING_ACROSS_BOUNDARY = _key(
+    "spark.steward.checkpoints.file-merging.across-checkpoint-boundary", BOOL, "false",
+    "A merged save reuses the segments of the series' retained checkpoints whose content "
+    "(sha-256 of the segment) is unchanged instead of writing them again.")
+CHECKPOINTS_MERGING_MAX_AMPLIFICATION = _key(
+    "spark.steward.checkpoints.file-merging.max-space-amplification", FLOAT, "2.0",
+    "Physical bytes over live bytes a series may reach before a save copies its live segments "
+    "out of the most wasteful physical files so they can be deleted. Below 1 disables it.")
+CHECKPOINTS_REPLACE_BUILTIN = _key(
+    "spark.steward.checkpoints.replace-builtin", BOOL, "false",
+    "Serves `df.checkpoint(eager)` from the checkpoint store (merged when file merging is on) "
+    "instead of Spark's checkpoint dir: same rows, lineage cut, owned and cleaned like every "
+    "checkpoint of the application. Settable per session.")
 CACHE_MAX_BYTES = _key(
     "spark.steward.cache.max-bytes", SIZE, "0",
     "Most bytes of materialized cached tables an application keeps (`0`: unbounded). A new "

@@ -48,6 +48,17 @@ def store(service: Any) -> Any:
     return service.require_store()
 
 
+@pytest.fixture
+def one_file_per_partition(spark: Any) -> Iterator[None]:
+    """File merging off for this test's saves: it checks that layout's files."""
+    key = "spark.steward.checkpoints.file-merging.enabled"
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        spark.conf.unset(key)
+
+
 def _idle(store: Any) -> None:
     assert store.cleaner.wait_idle(IDLE), f"cleanup still busy: {store.cleaner.stats()}"
 
@@ -142,6 +153,7 @@ def test_save_latest_and_restore_round_trip(spark: Any) -> None:
     assert [c.id for c in spark_steward.checkpoints(name).list()] == [1, 2, 3]
 
 
+@pytest.mark.usefixtures("one_file_per_partition")
 def test_retained_subsumes_and_removes_the_oldest(spark: Any, runtime: Any, store: Any) -> None:
     name = _name("retained")
     series = spark_steward.checkpoints(name, retained=2)
@@ -224,6 +236,7 @@ def _files(store: Any, name: str, number: int) -> list[dict[str, Any]]:
     return list(store.metadata.read_artifact(name, number)["files"])
 
 
+@pytest.mark.usefixtures("one_file_per_partition")
 def test_a_missing_data_file_fails_restore_naming_it(spark: Any, runtime: Any,
                                                      store: Any) -> None:
     name = _name("missing")
@@ -238,6 +251,7 @@ def test_a_missing_data_file_fails_restore_naming_it(spark: Any, runtime: Any,
         assert f"{name}/{number}" in message and victim in message and "missing" in message
 
 
+@pytest.mark.usefixtures("one_file_per_partition")
 def test_a_flipped_byte_fails_the_action_naming_crc32c_and_the_file(
         spark: Any, runtime: Any, store: Any) -> None:
     name = _name("flipped")

@@ -206,7 +206,7 @@ def test_choices_are_enforced_and_listed() -> None:
 def test_every_default_parses(name: str) -> None:
     key = KEYS[name]
     value = key.default
-    assert isinstance(value, {"boolean": bool, "int": int, "duration": float, "size": int,
+    assert isinstance(value, {"boolean": bool, "int": int, "duration": float, "size": int, "number": float,
                               "string": str, "int or `infinite`": (int, type(None))
                               }[key.type.name])
     if key.minimum is not None:

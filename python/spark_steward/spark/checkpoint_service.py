@@ -16,10 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from spark_steward.checkpoint.store import CheckpointStore, Key
 from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
-from spark_steward.config import (CHECKPOINTS_ORPHAN_GRACE, CHECKPOINTS_RETAINED,
-                                  CLEANUP_SHUTDOWN_TIMEOUT)
+from spark_steward.config import (CHECKPOINTS_MERGING, CHECKPOINTS_MERGING_ACROSS_BOUNDARY,
+                                  CHECKPOINTS_MERGING_MAX_AMPLIFICATION,
+                                  CHECKPOINTS_MERGING_MAX_FILE_SIZE, CHECKPOINTS_ORPHAN_GRACE,
+                                  CHECKPOINTS_RETAINED, CLEANUP_SHUTDOWN_TIMEOUT)
 from spark_steward.errors import CheckpointCorrupt, CheckpointError, StewardError
-from spark_steward.lifecycle.checkpoints import CheckpointEntry, CheckpointState, validate_series
+from spark_steward.lifecycle.checkpoints import (CheckpointEntry, CheckpointKind,
+                                                 CheckpointState, validate_series)
+from spark_steward.lifecycle.segments import Segment
+from spark_steward.spark.checkpoint_merging import ARTIFACT_FORMAT as MERGED_FORMAT
+from spark_steward.spark.session import session_value
 from spark_steward.spark.services import RuntimeService
 
 if TYPE_CHECKING:
@@ -64,6 +70,9 @@ class CheckpointService(RuntimeService):
 
         self.spark_checkpoints = SparkCheckpointOwner(runtime, self.store)
         self.spark_checkpoints.start()
+        from spark_steward.spark.builtin_checkpoint import install_builtin_checkpoint_hook
+
+        install_builtin_checkpoint_hook()
 
     def before_context_stop(self, runtime: "DriverRuntime") -> None:
         if self.spark_checkpoints is not None:
@@ -74,9 +83,27 @@ class CheckpointService(RuntimeService):
         if store is None:
             return
         for entry in store.entries():
-            if entry.app_id == runtime.app_id and entry.state is CheckpointState.PENDING:
+            if entry.app_id != runtime.app_id:
+                continue
+            if entry.state is CheckpointState.PENDING:
                 store.discard(entry, "its application stopped before it completed")
+            elif entry.kind is CheckpointKind.SPARK_DATAFRAME:
+                store.discard(entry, "its application stopped")
         store.close(runtime.conf.get(CLEANUP_SHUTDOWN_TIMEOUT))
+
+    def checkpoint_dataframe(self, df: "DataFrame") -> "DataFrame":
+        """``df.checkpoint()`` with ``replace-builtin``: a merged save into the application's
+        ``_spark.<app id>`` series, returned as a DataFrame over the saved segments."""
+        from spark_steward.lifecycle.checkpoints import spark_series
+
+        store = self.require_store()
+        assert self._runtime is not None
+        series = spark_series(self._runtime.app_id)
+        number = save_merged(self._runtime, store, series, df, None,
+                             kind=CheckpointKind.SPARK_DATAFRAME)
+        entry = store.get_completed(series, number)
+        return restore_merged(df.sparkSession, store, entry,
+                              store.metadata.read_artifact(series, number))
 
     # -- named series ------------------------------------------------------------------------
 
@@ -131,11 +158,21 @@ class CheckpointSeries:
 
         The pending entry is durable before any data is written; a failed save is discarded
         (repeatably) and re-raised. Older completed checkpoints beyond ``retained`` are subsumed.
+        With ``checkpoints.file-merging.enabled`` (the default) the partitions become segments
+        of a few physical files.
         """
-        from spark_steward.spark.checkpoint_data import hadoop_url, write_dataframe
-
         runtime, service = self._service(df.sparkSession)
         store = service.require_store()
+        if session_value(df.sparkSession, CHECKPOINTS_MERGING,
+                         runtime.conf.get(CHECKPOINTS_MERGING)):
+            return save_merged(runtime, store, self.name, df, self.retained(runtime))
+        return self._save_files(runtime, store, df)
+
+    def _save_files(self, runtime: "DriverRuntime", store: CheckpointStore, df: "DataFrame"
+                    ) -> int:
+        """One checksummed file per partition (file merging off)."""
+        from spark_steward.spark.checkpoint_data import hadoop_url, write_dataframe
+
         entry = store.begin(self.name)
         try:
             data_url = hadoop_url(store.storage.url_of(entry.data))
@@ -185,7 +222,12 @@ class CheckpointSeries:
 
         from spark_steward.spark.checkpoint_data import DataFile, hadoop_url, read_dataframe
 
+        session = spark or self._spark or SparkSession.getActiveSession()
+        if session is None:
+            raise CheckpointError("no active SparkSession to restore into")
         artifact = store.metadata.read_artifact(entry.series, entry.number)
+        if artifact.get("format") == MERGED_FORMAT:
+            return restore_merged(session, store, entry, artifact)
         try:
             files = [DataFile(**f) for f in artifact["files"]]
             schema = artifact["schema"]
@@ -201,10 +243,68 @@ class CheckpointSeries:
                 raise CheckpointCorrupt(f"checkpoint {entry.id}: data file "
                                         f"{store.storage.url_of(entry.data + '/' + f.name)} has "
                                         f"{sizes[f.name]} bytes, recorded {f.bytes}")
-        session = spark or self._spark or SparkSession.getActiveSession()
-        if session is None:
-            raise CheckpointError("no active SparkSession to restore into")
         return read_dataframe(session, hadoop_url(store.storage.url_of(entry.data)), files, schema)
+
+
+def save_merged(runtime: "DriverRuntime", store: CheckpointStore, series: str, df: "DataFrame",
+                retained: int | None, *, kind: CheckpointKind = CheckpointKind.SERIES) -> int:
+    """A file-merged save (FLIP-306): pending entry naming what it may reuse → segments written
+    by the executors → wasteful files rewritten → artifact and completed entry → subsume."""
+    from spark_steward.spark import checkpoint_merging as merged
+
+    spark = df.sparkSession
+    conf = runtime.conf
+
+    def setting(key: Any) -> Any:
+        return session_value(spark, key, conf.get(key))
+
+    known: dict[str, Segment] = {}
+    if kind is CheckpointKind.SERIES:
+        store.refresh(series)
+        if setting(CHECKPOINTS_MERGING_ACROSS_BOUNDARY):
+            known = merged.known_segments(store, store.completed(series))
+    entry = store.begin(series, kind=kind, merged=True,
+                        reuses={s.file for s in known.values()})
+    label = f"checkpoint {entry.id}"
+    try:
+        max_file_size = setting(CHECKPOINTS_MERGING_MAX_FILE_SIZE)
+        segments = merged.write_merged(df, store.storage, entry.data,
+                                       max_file_size=max_file_size, known=known)
+        if known and retained is not None:
+            kept = store.completed(series)[-(retained - 1):] if retained > 1 else []
+            segments = merged.rewrite_wasteful(
+                store.storage, entry.data, segments,
+                [s for s in merged.known_segments(store, kept).values()],
+                bound=setting(CHECKPOINTS_MERGING_MAX_AMPLIFICATION),
+                max_file_size=max_file_size, label=label)
+        artifact = {"format": MERGED_FORMAT, "series": entry.series, "id": entry.number,
+                    "app_id": entry.app_id, "schema": df.schema.json(),
+                    "segments": [s.to_json() for s in segments]}
+        totals = merged.summary(segments)
+        done = store.complete(entry, artifact, rows=totals["rows"], bytes_=totals["bytes"],
+                              files=totals["files"], retained=retained,
+                              physical={s.file for s in segments})
+    except BaseException as exc:
+        store.discard(entry, f"save failed: {type(exc).__name__}")
+        raise
+    # Files of attempts that did not count (and lock-free leftovers) go now, not at the next
+    # discard: nothing references them.
+    store.cleaner.submit(("orphan:merged/" + series, entry.number),
+                         lambda: store.sweep_merged(series) and None)
+    return done.number
+
+
+def restore_merged(spark: "SparkSession", store: CheckpointStore, entry: CheckpointEntry,
+                   artifact: dict[str, Any]) -> "DataFrame":
+    from spark_steward.spark import checkpoint_merging as merged
+
+    label = f"checkpoint {entry.id}"
+    try:
+        schema = artifact["schema"]
+    except KeyError:
+        raise CheckpointCorrupt(f"{label}: artifact lacks the schema") from None
+    return merged.read_merged(spark, store.storage, merged.segments_of(artifact, label), schema,
+                              label)
 
 
 def _remove_unlisted(store: CheckpointStore, entry: CheckpointEntry, listed: set[str]) -> None:

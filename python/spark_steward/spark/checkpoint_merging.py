@@ -1,0 +1,216 @@
+"""File-merged checkpoints (FLIP-306) on Spark: a DataFrame saved as Arrow IPC segments in few
+physical files, and restored from them by byte range.
+
+The JVM (``io.sparksteward.shim.SegmentCodec``) turns each partition into one Arrow IPC stream
+and back; Python workers move the bytes with fsspec (:mod:`spark_steward.checkpoint.segment_files`),
+so every storage spark-steward can reach works, object stores included, with no Hadoop
+connector on the executors.
+
+- **Filesystems** (``file://``, NFS-like mounts): one task per partition, as Spark would run it;
+  every task appends its segment to a physical file shared by the processes of its host (an
+  exclusive ``flock`` per append, ``fsync`` before the task reports success). A checkpoint ends
+  with about one file per concurrently running task of each host.
+- **Object stores** (no append): the partitions are coalesced into one task per executor core,
+  and each task writes its partitions as consecutive segments of its own objects; each object
+  is complete before the task reports success.
+
+Only the records of successful tasks are returned by the job, so the bytes of a killed or retried
+attempt are never referenced; they are reclaimed with the file once nothing uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+
+from spark_steward.checkpoint.store import CheckpointStore
+from spark_steward.errors import CheckpointCorrupt, CheckpointError
+from spark_steward.lifecycle import segments as merging
+from spark_steward.lifecycle.checkpoints import CheckpointEntry
+from spark_steward.lifecycle.segments import Segment
+from spark_steward.spark.shim_calls import ensure_on_executors, java_message, shim_class
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_steward.storage import Storage
+
+log = logging.getLogger(__name__)
+
+CODEC_CLASS = "io.sparksteward.shim.SegmentCodec"
+ARTIFACT_FORMAT = "spark-steward-segments/1"
+#: Pieces of a segment handed between the JVM and a Python worker.
+CHUNK_BYTES = 4 << 20
+
+
+def segments_of(artifact: Mapping[str, Any], label: str) -> list[Segment]:
+    """The segments a merged checkpoint's artifact records, by partition."""
+    try:
+        found = [Segment.from_json(s) for s in artifact["segments"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointCorrupt(f"{label}: artifact has no valid segment list ({exc})") from None
+    return sorted(found, key=lambda s: s.partition)
+
+
+def known_segments(store: CheckpointStore, entries: Sequence[CheckpointEntry]
+                   ) -> dict[str, Segment]:
+    """Segments of ``entries`` (merged, completed) by content hash: what a save across the
+    checkpoint boundary may reuse. Newer checkpoints win."""
+    known: dict[str, Segment] = {}
+    for entry in sorted(entries, key=lambda e: e.number):
+        if not entry.merged:
+            continue
+        try:
+            artifact = store.metadata.read_artifact(entry.series, entry.number)
+        except CheckpointCorrupt as exc:
+            log.warning("not reusing the segments of %s: %s", entry.id, exc)
+            continue
+        for seg in segments_of(artifact, f"checkpoint {entry.id}"):
+            known[seg.sha256] = seg
+    return known
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+def write_merged(df: "DataFrame", storage: "Storage", folder: str, *, max_file_size: int,
+                 known: Mapping[str, Segment]) -> list[Segment]:
+    """Runs one Spark job that writes every partition of ``df`` as a segment below ``folder``
+    (or reuses a ``known`` segment with the same content); returns the segments by partition."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.rdd import RDD
+    from pyspark.serializers import NoOpSerializer
+
+    if getattr(df, "_jdf", None) is None:
+        raise CheckpointError("checkpoint data needs a classic (non Spark Connect) DataFrame")
+    sc = df.sparkSession.sparkContext
+    ensure_on_executors(sc)
+    codec = shim_class(sc, CODEC_CLASS)
+    streams = RDD(codec.call("encode", df._jdf, CHUNK_BYTES), sc, NoOpSerializer())
+    group = not storage.is_local
+    if group and streams.getNumPartitions() > 1:
+        streams = streams.coalesce(max(1, min(sc.defaultParallelism,
+                                              streams.getNumPartitions())))
+    task = _WriteTask(folder, max_file_size, dict(known), group)
+    try:
+        written = streams.mapPartitions(task).collect()
+    except Py4JJavaError as exc:
+        raise CheckpointError(f"writing checkpoint segments to {storage.url_of(folder)} failed: "
+                              f"{java_message(exc)}") from None
+    found = [Segment.from_json(s) for batch in written for s in json.loads(batch)]
+    return sorted(found, key=lambda s: s.partition)
+
+
+class _WriteTask:
+    """What each task runs (pickled to the executors): its partitions to segments."""
+
+    def __init__(self, folder: str, max_file_size: int, known: dict[str, Segment],
+                 group: bool) -> None:
+        self.folder = folder
+        self.max_file_size = max_file_size
+        self.known = known
+        self.group = group
+
+    def __call__(self, elements: Iterable[bytes]) -> Iterator[str]:
+        from pyspark import TaskContext
+
+        from spark_steward.checkpoint.segment_files import write_segments
+        from spark_steward.spark.executor import executor_runtime
+
+        runtime = executor_runtime()
+        host = _host_name()
+        if self.group:  # own objects per task attempt: nobody else writes them
+            tc = TaskContext.get()
+            host = f"{host}-{tc.taskAttemptId() if tc else 0}"
+        runtime.work_dir.mkdir(parents=True, exist_ok=True)
+        written = write_segments(runtime.storage, self.folder, elements, writer_name=host,
+                                 max_file_size=self.max_file_size, known=self.known,
+                                 spool_dir=str(runtime.work_dir))
+        yield json.dumps([s.to_json() for s in written])
+
+
+def _host_name() -> str:
+    name = socket.gethostname() or "host"
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64]
+
+
+def rewrite_wasteful(storage: "Storage", folder: str, segments: list[Segment],
+                     retained_segments: Iterable[Segment], *, bound: float, max_file_size: int,
+                     label: str) -> list[Segment]:
+    """Copies this checkpoint's segments out of the physical files that push the series over
+    ``bound`` (see :func:`~spark_steward.lifecycle.segments.choose_rewrites`); returns the
+    segment list with the copies in place."""
+    from spark_steward.checkpoint.segment_files import copy_segments
+
+    live = list(retained_segments) + segments
+    sizes = {}
+    for rel in {s.file for s in live}:
+        try:
+            sizes[rel] = int(storage.fs.info(storage.path(rel))["size"])
+        except FileNotFoundError:
+            sizes[rel] = 0
+    chosen = set(merging.choose_rewrites(sizes, live, segments, bound))
+    if not chosen:
+        return segments
+    moving = [s for s in segments if s.file in chosen]
+    copies = copy_segments(storage, moving, folder, writer_name="rewrite",
+                           max_file_size=max_file_size, label=label)
+    by_partition = {old.partition: new for old, new in zip(moving, copies)}
+    log.info("%s: copied %d live segment(s) out of %d wasteful physical file(s)", label,
+             len(moving), len(chosen))
+    return [by_partition.get(s.partition, s) for s in segments]
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def read_merged(spark: "SparkSession", storage: "Storage", segments: Sequence[Segment],
+                schema_json: str, label: str) -> "DataFrame":
+    """A DataFrame over ``segments``: one partition per segment, in partition order. The files
+    are checked to exist and be long enough now; every segment's crc32c is checked as it is
+    read (a mismatch fails the reading task with an error naming ``label`` and the segment)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.sql import DataFrame
+
+    from spark_steward.checkpoint.segment_files import check_segments_exist
+    from spark_steward.spark.checkpoint_data import read_dataframe
+
+    ordered = sorted(segments, key=lambda s: s.partition)
+    if [s.partition for s in ordered] != list(range(len(ordered))):
+        raise CheckpointCorrupt(f"{label}: the artifact's segments do not cover partitions "
+                                f"0..{len(ordered) - 1}")
+    sc = spark.sparkContext
+    if not ordered:  # no partitions at all: nothing to read
+        return read_dataframe(spark, "file:///", [], schema_json)
+    check_segments_exist(storage, ordered, label=label)
+    ensure_on_executors(sc)
+    pieces = sc.parallelize(ordered, len(ordered)).mapPartitions(_ReadTask(label))
+    pieces._bypass_serializer = True  # type: ignore[attr-defined]  # raw byte[] to the JVM
+    try:
+        jdf = shim_class(sc, CODEC_CLASS).call("decode", spark._jsparkSession, pieces._jrdd,
+                                               schema_json)
+    except Py4JJavaError as exc:
+        raise CheckpointError(f"{label}: reading its segments failed: {java_message(exc)}"
+                              ) from None
+    return DataFrame(jdf, spark)
+
+
+class _ReadTask:
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __call__(self, segments: Iterable[Segment]) -> Iterator[bytes]:
+        from spark_steward.checkpoint.segment_files import read_segment
+        from spark_steward.spark.executor import executor_runtime
+
+        storage = executor_runtime().storage
+        for seg in segments:
+            yield from read_segment(storage, seg, label=self.label)
+
+
+def summary(segments: Sequence[Segment]) -> dict[str, int]:
+    """Rows, logical bytes and physical files of a merged checkpoint."""
+    return {"rows": sum(s.rows for s in segments), "bytes": sum(s.length for s in segments),
+            "files": len({s.file for s in segments})}
