@@ -198,7 +198,7 @@ def cmd_blobs_du(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoints_ls(args: argparse.Namespace) -> int:
-    from spark_steward.checkpoint.inventory import list_checkpoints
+    from spark_steward.checkpoint.inventory import list_checkpoints, series_space
 
     registry = open_registry(args)
     listing, corrupt = list_checkpoints(registry)
@@ -213,6 +213,7 @@ def cmd_checkpoints_ls(args: argparse.Namespace) -> int:
                              "created_at": c.entry.created_at,
                              "completed_at": c.entry.completed_at, "rows": c.entry.rows,
                              "files": c.files, "bytes": c.bytes, "data": c.entry.data,
+                             "merged": c.entry.merged, "physical": list(c.entry.physical),
                              "discard_reason": c.entry.discard_reason or None}
                             for c in listing],
             "corrupt_entries": corrupt,
@@ -233,6 +234,41 @@ def cmd_checkpoints_ls(args: argparse.Namespace) -> int:
     series = len({c.entry.series for c in listing})
     print(f"total: {_plural(len(listing), 'checkpoint')} in {series} series, "
           f"{_size(sum(c.bytes for c in listing))}")
+    for space in series_space(registry):
+        if space.merged and (not args.series or space.series == args.series):
+            print(f"series {space.series}: {_plural(space.files, 'physical file')}, "
+                  f"{_size(space.physical_bytes)} for {_size(space.live_bytes)} live, space "
+                  f"amplification {_ratio(space.amplification)}")
+    return 0
+
+
+def _ratio(value: float) -> str:
+    return "-" if value == float("inf") else f"{value:.2f}"
+
+
+def cmd_checkpoints_du(args: argparse.Namespace) -> int:
+    """Physical against live bytes per series: the space amplification file merging bounds."""
+    from spark_steward.checkpoint.inventory import series_space
+
+    registry = open_registry(args)
+    spaces = series_space(registry)
+    if args.json:
+        print(json.dumps({"storage": registry.storage.url, "series": [
+            {"series": s.series, "checkpoints": s.checkpoints, "merged": s.merged,
+             "files": s.files, "physical_bytes": s.physical_bytes, "live_bytes": s.live_bytes,
+             "space_amplification": None if s.amplification == float("inf")
+             else round(s.amplification, 4)} for s in spaces]}, indent=2))
+        return 0
+    if not spaces:
+        print(f"no checkpoints in {registry.storage.url}")
+        return 0
+    width = max(6, *(len(s.series) for s in spaces))
+    print(f"{'SERIES':<{width}}  {'CHECKPOINTS':>11}  {'MERGED':<6}  {'FILES':>6}  "
+          f"{'PHYSICAL':>10}  {'LIVE':>10}  AMPLIFICATION")
+    for s in spaces:
+        print(f"{s.series:<{width}}  {s.checkpoints:>11}  {'yes' if s.merged else 'no':<6}  "
+              f"{s.files:>6}  {_size(s.physical_bytes):>10}  {_size(s.live_bytes):>10}  "
+              f"{_ratio(s.amplification)}")
     return 0
 
 
@@ -545,6 +581,10 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_arguments(cls)
     cls.add_argument("--series", help="only this series")
     cls.set_defaults(run=cmd_checkpoints_ls)
+    cdu = checkpoints_sub.add_parser(
+        "du", help="per series: physical files and bytes, live bytes, space amplification")
+    _storage_arguments(cdu)
+    cdu.set_defaults(run=cmd_checkpoints_du)
 
     cache = sub.add_parser("cache", help="cached tables in a storage dir")
     cache_sub = cache.add_subparsers(dest="cache_command", required=True)

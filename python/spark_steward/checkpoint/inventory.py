@@ -19,7 +19,9 @@ from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.checkpoint.store import CheckpointStore, Key
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import StewardError
-from spark_steward.lifecycle.checkpoints import CheckpointEntry
+from spark_steward.checkpoint.metadata import MERGED
+from spark_steward.lifecycle.checkpoints import CheckpointEntry, CheckpointState
+from spark_steward.lifecycle.segments import Amplification, Segment, live_bytes_by_file
 from spark_steward.lifecycle.retry import RetryStrategy
 
 #: ``gc`` retries a failed delete a few times within one run; then it reports and exits 1.
@@ -65,6 +67,58 @@ def list_checkpoints(registry: ApplicationRegistry) -> tuple[list[CheckpointList
         return listing, corrupt
     finally:
         store.cleaner.close(0)
+
+
+@dataclass(frozen=True)
+class SeriesSpace:
+    """Space of one series: physical bytes on storage against the live logical bytes its
+    retained checkpoints use (merged series share physical files between checkpoints)."""
+
+    series: str
+    checkpoints: int
+    merged: bool
+    files: int
+    physical_bytes: int
+    live_bytes: int
+
+    @property
+    def amplification(self) -> float:
+        return Amplification(self.physical_bytes, self.live_bytes).ratio
+
+
+def series_space(registry: ApplicationRegistry) -> list[SeriesSpace]:
+    """Per series, what ``spark-steward checkpoints du`` prints."""
+    metadata = CheckpointMetadata(registry.storage)
+    entries, _ = metadata.load()
+    by_series: dict[str, list[CheckpointEntry]] = {}
+    for entry in entries:
+        by_series.setdefault(entry.series, []).append(entry)
+    store = _offline_store(registry, RetryStrategy.no_retry())
+    found = []
+    try:
+        for series in sorted(set(by_series) | set(registry.storage.list_names(MERGED))):
+            mine = by_series.get(series, [])
+            files, physical = registry.storage.usage(f"{MERGED}/{series}")
+            live_segments = []
+            for entry in mine:
+                if entry.merged and entry.state is CheckpointState.COMPLETED:
+                    try:
+                        artifact = metadata.read_artifact(entry.series, entry.number)
+                        live_segments += [Segment.from_json(s) for s in artifact["segments"]]
+                    except (StewardError, KeyError, TypeError, ValueError):
+                        continue
+            live = sum(live_bytes_by_file(live_segments).values())
+            for entry in mine:
+                if not entry.merged:
+                    f, b = _usage(store, entry)
+                    files, physical = files + f, physical + b
+                    if entry.state is CheckpointState.COMPLETED:
+                        live += b
+            found.append(SeriesSpace(series, len(mine), any(e.merged for e in mine), files,
+                                     physical, live))
+    finally:
+        store.cleaner.close(0)
+    return found
 
 
 def _safe(app_id: str) -> bool:
