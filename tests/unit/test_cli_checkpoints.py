@@ -408,3 +408,51 @@ def test_a_failing_delete_exits_1_and_stays_marked(capsys: pytest.CaptureFixture
     code, report, _ = _gc(capsys, world)
     assert code == 0 and _deleted(report) == {"model/2": (1, 512)}
     assert "model/2" not in world.states() and not world.storage.exists(broken)
+
+
+# -- file-merged series: du ---------------------------------------------------------------------
+
+
+def _merged_save(store: CheckpointStore, series: str, reused: list[Any],
+                 new: list[tuple[int, int]], file_size: int) -> Any:
+    """A merged checkpoint: ``reused`` segments of earlier ones, and ``new`` (offset, length)
+    segments in one file of its own folder that is ``file_size`` bytes long."""
+    from spark_steward.lifecycle.segments import Segment
+
+    entry = store.begin(series, merged=True, reuses={s.file for s in reused})
+    rel = f"{entry.data}/host-0000.arrows"
+    store.storage.write_atomic(rel, b"x" * file_size)
+    segments = list(reused) + [Segment(len(reused) + i, rel, off, n, 1, "00000000", f"{rel}{off}")
+                               for i, (off, n) in enumerate(new)]
+    store.complete(entry, {"segments": [s.to_json() for s in segments]},
+                   physical={s.file for s in segments})
+    return segments
+
+
+def test_du_shows_physical_against_live_bytes_per_series(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    storage = Storage.from_url(tmp_path.as_uri())
+    store = CheckpointStore(storage, "app-x", _cleaner(), is_dead=lambda app: False)
+    first = _merged_save(store, "ranks", [], [(0, 40), (40, 60)], 150)  # 50 bytes of waste
+    _merged_save(store, "ranks", first[:1], [(0, 30)], 30)              # reuses 40 bytes
+    _save(store, "plain", [20], 1)
+    try:
+        code, out, err = _run(capsys, "checkpoints", "du", "--storage", storage.url, "--json")
+        assert code == 0 and err == ""
+        series = {s["series"]: s for s in json.loads(out)["series"]}
+        assert series["ranks"] == {"series": "ranks", "checkpoints": 2, "merged": True,
+                                   "files": 2, "physical_bytes": 180, "live_bytes": 130,
+                                   "space_amplification": round(180 / 130, 4)}
+        assert series["plain"]["space_amplification"] == 1.0
+        assert not series["plain"]["merged"]
+
+        code, out, _ = _run(capsys, "checkpoints", "du", "--storage", storage.url)
+        lines = out.splitlines()
+        assert lines[0].split() == ["SERIES", "CHECKPOINTS", "MERGED", "FILES", "PHYSICAL",
+                                    "LIVE", "AMPLIFICATION"]
+        assert lines[2].split()[:4] == ["ranks", "2", "yes", "2"] and lines[2].endswith("1.38")
+        code, out, _ = _run(capsys, "checkpoints", "ls", "--storage", storage.url)
+        assert out.splitlines()[-1] == ("series ranks: 2 physical files, 180 B for 130 B live, "
+                                        "space amplification 1.38")
+    finally:
+        store.cleaner.close(0)
