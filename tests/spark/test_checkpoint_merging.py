@@ -165,7 +165,7 @@ def test_unchanged_partitions_are_reused_and_amplification_stays_bounded(
         spark: Any, runtime: Any, store: Any) -> None:
     name = _name("across")
     series = spark_steward.checkpoints(name, retained=1)
-    with session_conf(spark, across="true", bound="1.5"):
+    with session_conf(spark, across="true", bound="1.3"):
         series.save(_iteration(spark, 0))
         written = []
         for step in range(1, 7):
@@ -175,11 +175,12 @@ def test_unchanged_partitions_are_reused_and_amplification_stays_bounded(
             mine = [s for s in segments if s.file.startswith(layout.merged_path(name, number))]
             written.append(len(mine))
             (space,) = [s for s in series_space(runtime.registry) if s.series == name]
-            assert space.amplification <= 1.5 + 1e-9, (step, space)
+            assert space.amplification <= 1.3 + 1e-9, (step, space)
             assert sorted(series.latest().collect()) == sorted(_iteration(spark, step).collect())
-    # the first saves wrote only the 2 changed partitions (20 → 28 segments' bytes: 1.4); then
-    # the bound made a save also copy live segments out of the most wasteful file
-    assert written[:4] == [2, 2, 2, 2] and max(written[4:]) > 2, written
+    # the first saves wrote only the 2 changed partitions (physical bytes grow by about 10% of
+    # the live ones each time, and the files of twice-changed partitions go); by the 4th save
+    # the bound made a save also copy the live segments out of the most wasteful file
+    assert written[:3] == [2, 2, 2] and max(written[3:]) > 2, written
 
 
 # -- damage ------------------------------------------------------------------------------------

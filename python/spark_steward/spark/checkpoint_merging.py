@@ -6,13 +6,21 @@ and back; Python workers move the bytes with fsspec (:mod:`spark_steward.checkpo
 so every storage spark-steward can reach works, object stores included, with no Hadoop
 connector on the executors.
 
-- **Filesystems** (``file://``, NFS-like mounts): one task per partition, as Spark would run it;
-  every task appends its segment to a physical file shared by the processes of its host (an
-  exclusive ``flock`` per append, ``fsync`` before the task reports success). A checkpoint ends
-  with about one file per concurrently running task of each host.
-- **Object stores** (no append): the partitions are coalesced into one task per executor core,
-  and each task writes its partitions as consecutive segments of its own objects; each object
-  is complete before the task reports success.
+Writing: the partitions are coalesced (no shuffle) into one task per executor core, and each task
+writes its partitions one after another, each as its own segment. A Python task costs tens of
+milliseconds on top of the JVM's, so one Python task per partition would cost more than Spark's
+own checkpoint at a thousand partitions; this way the writes keep full parallelism at a handful
+of tasks.
+
+- **Filesystems** (``file://``, NFS-like mounts): every segment is appended to a physical file
+  shared by the processes of its host (an exclusive ``flock`` per append, ``fsync`` before the
+  task reports success): about one file per concurrently writing task of each host.
+- **Object stores** (no append): each task writes its segments into objects of its own; each
+  object is complete before the task reports success.
+
+Reading keeps one partition per segment. On filesystems the executors' JVMs read the byte
+ranges themselves (``io.sparksteward.shim.SegmentFiles``, a JVM task each); other storage is read
+by Python workers through fsspec.
 
 Only the records of successful tasks are returned by the job, so the bytes of a killed or retried
 attempt are never referenced; they are reclaimed with the file once nothing uses it.
@@ -40,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CODEC_CLASS = "io.sparksteward.shim.SegmentCodec"
+FILES_CLASS = "io.sparksteward.shim.SegmentFiles"
 ARTIFACT_FORMAT = "spark-steward-segments/1"
 #: Pieces of a segment handed between the JVM and a Python worker.
 CHUNK_BYTES = 4 << 20
@@ -90,9 +99,8 @@ def write_merged(df: "DataFrame", storage: "Storage", folder: str, *, max_file_s
     codec = shim_class(sc, CODEC_CLASS)
     streams = RDD(codec.call("encode", df._jdf, CHUNK_BYTES), sc, NoOpSerializer())
     group = not storage.is_local
-    if group and streams.getNumPartitions() > 1:
-        streams = streams.coalesce(max(1, min(sc.defaultParallelism,
-                                              streams.getNumPartitions())))
+    if streams.getNumPartitions() > sc.defaultParallelism:
+        streams = streams.coalesce(max(1, sc.defaultParallelism))
     task = _WriteTask(folder, max_file_size, dict(known), group)
     try:
         written = streams.mapPartitions(task).collect()
@@ -175,7 +183,7 @@ def read_merged(spark: "SparkSession", storage: "Storage", segments: Sequence[Se
     from pyspark.sql import DataFrame
 
     from spark_steward.checkpoint.segment_files import check_segments_exist
-    from spark_steward.spark.checkpoint_data import read_dataframe
+    from spark_steward.spark.checkpoint_data import hadoop_url, read_dataframe
 
     ordered = sorted(segments, key=lambda s: s.partition)
     if [s.partition for s in ordered] != list(range(len(ordered))):
@@ -186,11 +194,17 @@ def read_merged(spark: "SparkSession", storage: "Storage", segments: Sequence[Se
         return read_dataframe(spark, "file:///", [], schema_json)
     check_segments_exist(storage, ordered, label=label)
     ensure_on_executors(sc)
-    pieces = sc.parallelize(ordered, len(ordered)).mapPartitions(_ReadTask(label))
-    pieces._bypass_serializer = True  # type: ignore[attr-defined]  # raw byte[] to the JVM
     try:
-        jdf = shim_class(sc, CODEC_CLASS).call("decode", spark._jsparkSession, pieces._jrdd,
-                                               schema_json)
+        if storage.is_local:
+            listing = "\n".join(f"{hadoop_url(storage.url_of(s.file))} {s.offset} {s.length} "
+                                 f"{int(s.crc32c, 16):x} {s.partition}" for s in ordered)
+            jdf = shim_class(sc, FILES_CLASS).call("read", spark._jsparkSession, listing,
+                                                   schema_json, label)
+        else:
+            pieces = sc.parallelize(ordered, len(ordered)).mapPartitions(_ReadTask(label))
+            pieces._bypass_serializer = True  # type: ignore[attr-defined]  # raw byte[]
+            jdf = shim_class(sc, CODEC_CLASS).call("decode", spark._jsparkSession, pieces._jrdd,
+                                                   schema_json)
     except Py4JJavaError as exc:
         raise CheckpointError(f"{label}: reading its segments failed: {java_message(exc)}"
                               ) from None
