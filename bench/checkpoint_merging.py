@@ -1,0 +1,242 @@
+"""File-merged checkpoints (FLIP-306) vs one file per partition vs Spark's ``df.checkpoint()``,
+in one process run.
+
+One SparkSession on local-cluster[2,1,1024] (2 executors of 1 core on this host) with
+spark-steward enabled by conf flags. The DataFrame is ``--rows`` rows (1,000,000) of ``id``,
+``x = id * 1.5`` and ``s = "name-" || id``, computed fresh for every save, in 200 and in 1000
+partitions:
+
+* builtin   Spark's own ``df.checkpoint(eager=True)`` (the original method) after
+            ``sc.setCheckpointDir``: a part file and a ``.crc`` file per partition;
+* unmerged  ``checkpoints(...).save(df)`` with ``file-merging.enabled=false``: a checksummed
+            file per partition;
+* merged    ``checkpoints(...).save(df)`` with file merging on (the default): Arrow IPC
+            segments appended to host-shared physical files.
+
+Per round the three saves run in a rotating order, each after an untimed tiny job and
+``os.sync``; then each result is restored and read by one action over every row and column
+(count, sum(id), sum(x), sum(length(s))), which must give the exact totals. Files created per
+checkpoint are counted on disk. Medians over ``--rounds`` (3) after an untimed warm-up round;
+ratios are medians of per-round ratios.
+
+Then a series of ``--steps`` (10) checkpoints of 200 partitions where 10% of the partitions
+change before each save (partition p holds the version of the last step that changed it),
+saved with ``across-checkpoint-boundary`` on and off (retained=1, max-space-amplification 2.0):
+bytes written by the saves (new physical bytes in each save's own folder) and the series' space
+amplification after the last save.
+
+    python bench/checkpoint_merging.py [--rounds 3] [--rows 1000000] [--steps 10]
+
+The defaults take about 6 minutes on the 2-core VM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from steward_session import steward_session
+
+MERGING = "spark.steward.checkpoints.file-merging.enabled"
+ACROSS = "spark.steward.checkpoints.file-merging.across-checkpoint-boundary"
+KINDS = ("builtin", "unmerged", "merged")
+
+
+def make_df(spark: Any, rows: int, partitions: int) -> Any:
+    from pyspark.sql.functions import col, concat, lit
+
+    return spark.range(0, rows, numPartitions=partitions).select(
+        "id", (col("id") * 1.5).alias("x"),
+        concat(lit("name-"), col("id").cast("string")).alias("s"))
+
+
+def totals(df: Any) -> tuple[int, int, float, int]:
+    from pyspark.sql.functions import count, length, lit
+    from pyspark.sql.functions import sum as sum_
+
+    row = df.agg(count(lit(1)), sum_("id"), sum_("x"), sum_(length("s"))).collect()[0]
+    return int(row[0]), int(row[1]), float(row[2]), int(row[3])
+
+
+def expected_totals(rows: int) -> tuple[int, int, float, int]:
+    ids = rows * (rows - 1) // 2
+    digits = sum(len(str(i)) for i in range(rows))
+    return rows, ids, ids * 1.5, 5 * rows + digits
+
+
+def files_in(path: Path) -> list[Path]:
+    return [p for p in path.rglob("*") if p.is_file()] if path.exists() else []
+
+
+def timed(action: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = action()
+    return time.perf_counter() - start, result
+
+
+class Saves:
+    """The three ways of saving one DataFrame, each returning (DataFrame to read, files)."""
+
+    def __init__(self, spark: Any, tmp: Path) -> None:
+        import spark_steward
+        from pyspark.sql.classic.dataframe import DataFrame
+
+        self.spark = spark
+        self.tmp = tmp
+        self.builtin_checkpoint = getattr(DataFrame.checkpoint, "__wrapped__",
+                                          DataFrame.checkpoint)
+        self.store = spark_steward.runtime().service("checkpoints").require_store()
+        self.storage = spark_steward.runtime().storage
+        self.series = {k: spark_steward.checkpoints(f"bench-{k}", retained=1)
+                       for k in ("unmerged", "merged")}
+        spark.sparkContext.setCheckpointDir(str(tmp / "sparkcp"))
+        self.sparkcp = Path(str(spark.sparkContext._jsc.sc().getCheckpointDir().get())
+                            .replace("file:", ""))
+        self.previous: Path | None = None
+
+    def builtin(self, df: Any) -> tuple[Any, int]:
+        if self.previous is not None:  # untimed: keep the disk from filling
+            shutil.rmtree(self.previous, ignore_errors=True)
+        before = {p.name for p in self.sparkcp.iterdir()} if self.sparkcp.exists() else set()
+        result = self.builtin_checkpoint(df, True)
+        new = [p for p in self.sparkcp.iterdir() if p.name not in before]
+        self.previous = new[0] if new else None
+        return result, sum(len(files_in(p)) for p in new)
+
+    def steward(self, kind: str, df: Any) -> tuple[Any, int]:
+        self.spark.conf.set(MERGING, "true" if kind == "merged" else "false")
+        series = self.series[kind]
+        number = series.save(df)
+        entry = self.store.get_completed(series.name, number)
+        files = len(entry.physical) if entry.merged else \
+            len(files_in(Path(self.storage.path(entry.data))))
+        return series.restore(number), files
+
+
+def compare_saves(spark: Any, saves: Saves, rows: int, partitions: int, rounds: int
+                  ) -> dict[str, Any]:
+    expected = expected_totals(rows)
+    seconds: dict[str, list[float]] = {k: [] for k in KINDS}
+    reads: dict[str, list[float]] = {k: [] for k in KINDS}
+    files: dict[str, int] = {}
+    for r in range(rounds + 1):  # round 0 warms up
+        order = KINDS[r % 3:] + KINDS[:r % 3]
+        for kind in order:
+            spark.range(10).count()
+            os.sync()
+            df = make_df(spark, rows, partitions)
+            if kind == "builtin":
+                took, (result, count) = timed(lambda: saves.builtin(df))
+            else:
+                took, (result, count) = timed(lambda: saves.steward(kind, df))
+            read, got = timed(lambda: totals(result))
+            if got != expected:
+                sys.exit(f"{kind} at {partitions} partitions read {got}, expected {expected}")
+            if r:
+                seconds[kind].append(took)
+                reads[kind].append(read)
+            files[kind] = count
+        assert saves.store.cleaner.wait_idle(120)
+        print(f"  round {r}{' (warm-up)' if r == 0 else ''}: " + ", ".join(
+            f"{k} {seconds[k][-1] if r else 0:.2f} s" for k in KINDS), flush=True)
+    ratio = {k: statistics.median(m / b for m, b in zip(seconds[k], seconds["builtin"]))
+             for k in KINDS}
+    return {"seconds": {k: statistics.median(v) for k, v in seconds.items()},
+            "read": {k: statistics.median(v) for k, v in reads.items()},
+            "files": files, "ratio": ratio}
+
+
+def series_run(spark: Any, saves: Saves, rows: int, steps: int, across: bool) -> dict[str, Any]:
+    import spark_steward
+    from pyspark.sql import functions as F
+
+    from spark_steward.checkpoint import metadata as layout
+    from spark_steward.checkpoint.inventory import series_space
+
+    runtime = spark_steward.runtime()
+    name = f"bench-series-{'across' if across else 'within'}"
+    series = spark_steward.checkpoints(name, retained=1)
+    spark.conf.set(MERGING, "true")
+    spark.conf.set(ACROSS, "true" if across else "false")
+    rng = random.Random(7)
+    version: dict[int, int] = {}
+    written = 0
+    seconds = []
+    for step in range(steps):
+        if step:
+            for p in rng.sample(range(200), 20):
+                version[p] = step
+        marks = F.create_map(*[x for p, v in sorted(version.items())
+                               for x in (F.lit(p), F.lit(v))])
+        df = make_df(spark, rows, 200).withColumn("p", F.spark_partition_id())
+        current = F.coalesce(marks[F.col("p")], F.lit(0)) if version else F.lit(0)
+        df = df.withColumn("v", current).drop("p")
+        took, number = timed(lambda: series.save(df))
+        seconds.append(took)
+        folder = Path(saves.storage.path(layout.merged_path(name, number)))
+        written += sum(p.stat().st_size for p in files_in(folder))
+        assert saves.store.cleaner.wait_idle(120)
+    (space,) = [s for s in series_space(runtime.registry) if s.series == name]
+    got = series.latest().agg(F.sum("v")).first()[0]
+    want = sum(v * (rows // 200) for v in version.values())
+    if got != want:
+        sys.exit(f"series {name}: restored sum(v) {got}, expected {want}")
+    return {"written": written, "amplification": space.amplification,
+            "seconds": statistics.median(seconds[1:]), "files": space.files}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-merging-"))
+    spark = steward_session(tmp, "bench-checkpoint-merging", **{"spark.driver.memory": "2g"})
+    try:
+        saves = Saves(spark, tmp)
+        print(f"{args.rows:,} rows on local-cluster[2,1,1024]; medians of {args.rounds} rounds")
+        results = {}
+        for partitions in (200, 1000):
+            print(f"{partitions} partitions:", flush=True)
+            results[partitions] = compare_saves(spark, saves, args.rows, partitions, args.rounds)
+        print()
+        print(f"{'partitions':>10}  {'save':<9} {'seconds':>8} {'vs builtin':>10} {'files':>6} "
+              f"{'restore+read s':>14}")
+        for partitions, res in results.items():
+            for kind in KINDS:
+                print(f"{partitions:>10}  {kind:<9} {res['seconds'][kind]:>8.2f} "
+                      f"{res['ratio'][kind]:>9.3f}x {res['files'][kind]:>6} "
+                      f"{res['read'][kind]:>14.2f}")
+        print()
+        print(f"series of {args.steps} checkpoints, 200 partitions, 10% change per step:")
+        runs = {across: series_run(spark, saves, args.rows, args.steps, across)
+                for across in (False, True)}
+        for across, res in runs.items():
+            print(f"  across-checkpoint-boundary={str(across).lower():<5}  bytes written "
+                  f"{res['written'] / 1e6:8.1f} MB  median save {res['seconds']:.2f} s  "
+                  f"physical files {res['files']}  space amplification "
+                  f"{res['amplification']:.3f}")
+        ratio = runs[True]["written"] / runs[False]["written"]
+        print(f"  bytes written, across on / off: {ratio:.3f}x (target <= 0.25x); final "
+              f"amplification {runs[True]['amplification']:.3f} (bound 2.0)")
+        at = results[1000]
+        print(f"targets: files per checkpoint at 1000 partitions {at['files']['merged']} "
+              f"(<= 4; builtin {at['files']['builtin']}); save vs builtin "
+              f"{at['ratio']['merged']:.3f}x at 1000 (<= 0.6), "
+              f"{results[200]['ratio']['merged']:.3f}x at 200 (<= 1.0)")
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
