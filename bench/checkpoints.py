@@ -11,8 +11,8 @@ spark-steward enabled by conf flags, as a user enables it. The DataFrame is ``--
 * owned    ``df.checkpoint(eager=True)`` as users call it in a session with spark-steward on
            (the same Spark call, then registered in the checkpoint store: a pending and a
            completed entry, durable records, as steward owns Spark's own checkpoints);
-* steward  ``spark_steward.checkpoints("bench", retained=1).save(df)`` (partitions written by
-           the executors in crc32c blocks, durable pending entry before, artifact and completed
+* steward  ``spark_steward.checkpoints("bench", retained=1).save(df)`` with file merging off
+           (partitions written by the executors in crc32c blocks, durable pending entry before, artifact and completed
            entry after, the previous checkpoint subsumed on the cleanup pool).
 
 The three saves run in a rotating order per round, ``--rounds`` times, each after an untimed
@@ -74,7 +74,10 @@ LABELS = {"builtin": "Spark's own df.checkpoint(eager=True)",
 # -- Spark: save and restore --------------------------------------------------------------------
 
 def session(tmp: Path) -> Any:
-    return steward_session(tmp, "bench-checkpoints", **{"spark.driver.memory": "2g"})
+    # The one-file-per-partition layout this benchmark measured when it was recorded; the
+    # merged layout has its own benchmark (checkpoint_merging.py).
+    return steward_session(tmp, "bench-checkpoints", **{
+        "spark.driver.memory": "2g", "spark.steward.checkpoints.file-merging.enabled": "false"})
 
 
 def make_df(spark: Any, rows: int, partitions: int) -> Any:
