@@ -129,7 +129,7 @@ def test_round_trip_with_merging_on_off_and_toggled(spark: Any, save_merged: str
         assert none.schema == nothing.schema and none.collect() == []
 
 
-def test_subsumed_checkpoints_leave_no_physical_file_behind(spark: Any, runtime: Any,
+def test_subsumed_and_deleted_checkpoints_leave_no_physical_file_behind(spark: Any, runtime: Any,
                                                             store: Any) -> None:
     name = _name("subsume")
     series = spark_steward.checkpoints(name, retained=1)
@@ -142,6 +142,10 @@ def test_subsumed_checkpoints_leave_no_physical_file_behind(spark: Any, runtime:
     assert not (left & first_files)
     assert not Path(runtime.storage.path(layout.merged_path(name, first))).exists()
     assert series.latest().count() == 2000
+    # deleting the series deletes every physical file and entry it had
+    assert series.delete() == [second]
+    _idle(store)
+    assert _physical(runtime, name) == {} and series.list() == []
 
 
 # -- across the checkpoint boundary, and the amplification bound ------------------------------

@@ -129,7 +129,7 @@ class CheckpointInfo:
 
 class CheckpointSeries:
     """A named series of DataFrame checkpoints: :meth:`save`, :meth:`latest`, :meth:`restore`,
-    :meth:`list`. Build it with :func:`spark_steward.checkpoints`."""
+    :meth:`list`, :meth:`delete`. Build it with :func:`spark_steward.checkpoints`."""
 
     def __init__(self, name: str, retained: int | None = None,
                  spark: "SparkSession | None" = None) -> None:
@@ -215,6 +215,18 @@ class CheckpointSeries:
         return [CheckpointInfo(e.series, e.number, e.state.value, e.app_id, e.created_at,
                                e.completed_at, e.rows, e.bytes)
                 for e in store.entries(self.name)]
+
+    def delete(self, spark: "SparkSession | None" = None) -> list[int]:
+        """Discards every completed checkpoint of the series, repeatably on the cleanup pool
+        (for merged ones: every physical file no other checkpoint needs); returns their ids.
+        Saves still running are left to finish."""
+        _, service = self._service(spark)
+        store = service.require_store()
+        store.refresh(self.name)
+        doomed = [e for e in store.entries(self.name) if e.state is CheckpointState.COMPLETED]
+        for entry in doomed:
+            store.discard(entry, "its series was deleted")
+        return [e.number for e in doomed]
 
     def _read(self, runtime: "DriverRuntime", store: CheckpointStore, entry: CheckpointEntry,
               spark: "SparkSession | None") -> "DataFrame":
