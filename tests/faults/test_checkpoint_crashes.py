@@ -168,6 +168,9 @@ class Submitter:
         cmd = [spark_submit_path(), "--master", MASTER, "--driver-java-options", java_options,
                "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
                *flags, "--conf", "spark.steward.checkpoints.orphan-grace=0s",
+               # the one-file-per-partition layout these probes and checks know (merged saves:
+               # test_merged_crash.py)
+               "--conf", "spark.steward.checkpoints.file-merging.enabled=false",
                str(SCRIPT), str(out), str(root / "sparkcp"), *args]
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
                    PYSPARK_DRIVER_PYTHON=sys.executable)

@@ -106,7 +106,9 @@ class CheckpointEntry:
         values = {k: v for k, v in body.items() if k in known}
         values["kind"] = CheckpointKind(values["kind"])
         values["state"] = CheckpointState(values["state"])
-        values["physical"] = tuple(str(p) for p in values.get("physical", ()))  # type: ignore[union-attr]
+        physical = body.get("physical") or ()
+        values["physical"] = tuple(str(p) for p in physical) \
+            if isinstance(physical, (list, tuple)) else ()
         return cls(**values)  # type: ignore[arg-type]
 
 

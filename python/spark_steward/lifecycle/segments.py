@@ -51,10 +51,12 @@ class Segment:
 
     @classmethod
     def from_json(cls, body: Mapping[str, object]) -> "Segment":
-        return cls(partition=int(body["partition"]), file=str(body["file"]),  # type: ignore[arg-type]
-                   offset=int(body["offset"]), length=int(body["length"]),  # type: ignore[arg-type]
-                   rows=int(body["rows"]), crc32c=str(body["crc32c"]),  # type: ignore[arg-type]
-                   sha256=str(body["sha256"]))
+        def number(name: str) -> int:
+            return int(str(body[name]))
+
+        return cls(partition=number("partition"), file=str(body["file"]),
+                   offset=number("offset"), length=number("length"), rows=number("rows"),
+                   crc32c=str(body["crc32c"]), sha256=str(body["sha256"]))
 
 
 def creator_folder(file: str) -> str:

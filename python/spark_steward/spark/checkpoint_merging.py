@@ -1,5 +1,6 @@
 """File-merged checkpoints (FLIP-306) on Spark: a DataFrame saved as Arrow IPC segments in few
-physical files, and restored from them by byte range.
+physical files (:func:`save_merged`), and restored from them by byte range
+(:func:`restore_merged`).
 
 The JVM (``io.sparksteward.shim.SegmentCodec``) turns each partition into one Arrow IPC stream
 and back; Python workers move the bytes with fsspec (:mod:`spark_steward.checkpoint.segment_files`),
@@ -34,15 +35,20 @@ import socket
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from spark_steward.checkpoint.store import CheckpointStore
+from spark_steward.config import (CHECKPOINTS_MERGING_ACROSS_BOUNDARY,
+                                  CHECKPOINTS_MERGING_MAX_AMPLIFICATION,
+                                  CHECKPOINTS_MERGING_MAX_FILE_SIZE)
 from spark_steward.errors import CheckpointCorrupt, CheckpointError
 from spark_steward.lifecycle import segments as merging
-from spark_steward.lifecycle.checkpoints import CheckpointEntry
+from spark_steward.lifecycle.checkpoints import CheckpointEntry, CheckpointKind
 from spark_steward.lifecycle.segments import Segment
+from spark_steward.spark.session import session_value
 from spark_steward.spark.shim_calls import ensure_on_executors, java_message, shim_class
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from spark_steward.spark.runtime import DriverRuntime
     from spark_steward.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -79,6 +85,69 @@ def known_segments(store: CheckpointStore, entries: Sequence[CheckpointEntry]
         for seg in segments_of(artifact, f"checkpoint {entry.id}"):
             known[seg.sha256] = seg
     return known
+
+
+# -- saving and restoring a checkpoint ---------------------------------------------------------
+
+
+def save_merged(runtime: "DriverRuntime", store: CheckpointStore, series: str, df: "DataFrame",
+                retained: int | None, *, kind: CheckpointKind = CheckpointKind.SERIES) -> int:
+    """A file-merged save (FLIP-306): pending entry naming what it may reuse → segments written
+    by the executors → wasteful files rewritten → artifact and completed entry → subsume."""
+    spark = df.sparkSession
+    conf = runtime.conf
+
+    def setting(key: Any) -> Any:
+        return session_value(spark, key, conf.get(key))
+
+    known: dict[str, Segment] = {}
+    if kind is CheckpointKind.SERIES:
+        store.refresh(series)
+        if setting(CHECKPOINTS_MERGING_ACROSS_BOUNDARY):
+            known = known_segments(store, store.completed(series))
+    entry = store.begin(series, kind=kind, merged=True,
+                        reuses={s.file for s in known.values()})
+    label = f"checkpoint {entry.id}"
+    try:
+        max_file_size = setting(CHECKPOINTS_MERGING_MAX_FILE_SIZE)
+        segments = write_merged(df, store.storage, entry.data,
+                                       max_file_size=max_file_size, known=known)
+        if known and retained is not None:
+            kept = store.completed(series)[-(retained - 1):] if retained > 1 else []
+            segments = rewrite_wasteful(
+                store.storage, entry.data, segments,
+                [s for s in known_segments(store, kept).values()],
+                bound=setting(CHECKPOINTS_MERGING_MAX_AMPLIFICATION),
+                max_file_size=max_file_size, label=label)
+        artifact = {"format": ARTIFACT_FORMAT, "series": entry.series, "id": entry.number,
+                    "app_id": entry.app_id, "schema": df.schema.json(),
+                    "segments": [s.to_json() for s in segments]}
+        totals = summary(segments)
+        done = store.complete(entry, artifact, rows=totals["rows"], bytes_=totals["bytes"],
+                              files=totals["files"], retained=retained,
+                              physical={s.file for s in segments})
+    except BaseException as exc:
+        store.discard(entry, f"save failed: {type(exc).__name__}")
+        raise
+    # Files holding only bytes of attempts that did not count go now rather than at the next
+    # discard: nothing references them.
+    def sweep() -> None:
+        store.sweep_merged(series)
+
+    store.cleaner.submit(("orphan:merged/" + series, entry.number), sweep)
+    return done.number
+
+
+def restore_merged(spark: "SparkSession", store: CheckpointStore, entry: CheckpointEntry,
+                   artifact: dict[str, Any]) -> "DataFrame":
+    """The merged checkpoint ``entry`` (whose artifact is ``artifact``) as a DataFrame."""
+    label = f"checkpoint {entry.id}"
+    try:
+        schema = artifact["schema"]
+    except KeyError:
+        raise CheckpointCorrupt(f"{label}: artifact lacks the schema") from None
+    return read_merged(spark, store.storage, segments_of(artifact, label), schema,
+                              label)
 
 
 # -- writing ----------------------------------------------------------------------------------

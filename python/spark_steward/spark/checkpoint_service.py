@@ -10,21 +10,21 @@ Spark's own reliable checkpoints (:mod:`spark_steward.spark.spark_checkpoints`),
 
 from __future__ import annotations
 
+import builtins
+
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_steward.checkpoint.store import CheckpointStore, Key
 from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
-from spark_steward.config import (CHECKPOINTS_MERGING, CHECKPOINTS_MERGING_ACROSS_BOUNDARY,
-                                  CHECKPOINTS_MERGING_MAX_AMPLIFICATION,
-                                  CHECKPOINTS_MERGING_MAX_FILE_SIZE, CHECKPOINTS_ORPHAN_GRACE,
+from spark_steward.config import (CHECKPOINTS_MERGING, CHECKPOINTS_ORPHAN_GRACE,
                                   CHECKPOINTS_RETAINED, CLEANUP_SHUTDOWN_TIMEOUT)
 from spark_steward.errors import CheckpointCorrupt, CheckpointError, StewardError
 from spark_steward.lifecycle.checkpoints import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, validate_series)
-from spark_steward.lifecycle.segments import Segment
 from spark_steward.spark.checkpoint_merging import ARTIFACT_FORMAT as MERGED_FORMAT
+from spark_steward.spark.checkpoint_merging import restore_merged, save_merged
 from spark_steward.spark.session import session_value
 from spark_steward.spark.services import RuntimeService
 
@@ -207,7 +207,7 @@ class CheckpointSeries:
         return self._read(runtime, store, store.get_completed(self.name, int(checkpoint_id)),
                           spark)
 
-    def list(self, spark: "SparkSession | None" = None) -> list[CheckpointInfo]:
+    def list(self, spark: "SparkSession | None" = None) -> "list[CheckpointInfo]":
         """Every checkpoint of the series with its state, oldest first."""
         _, service = self._service(spark)
         store = service.require_store()
@@ -216,7 +216,7 @@ class CheckpointSeries:
                                e.completed_at, e.rows, e.bytes)
                 for e in store.entries(self.name)]
 
-    def delete(self, spark: "SparkSession | None" = None) -> list[int]:
+    def delete(self, spark: "SparkSession | None" = None) -> "builtins.list[int]":
         """Discards every completed checkpoint of the series, repeatably on the cleanup pool
         (for merged ones: every physical file no other checkpoint needs); returns their ids.
         Saves still running are left to finish."""
@@ -256,67 +256,6 @@ class CheckpointSeries:
                                         f"{store.storage.url_of(entry.data + '/' + f.name)} has "
                                         f"{sizes[f.name]} bytes, recorded {f.bytes}")
         return read_dataframe(session, hadoop_url(store.storage.url_of(entry.data)), files, schema)
-
-
-def save_merged(runtime: "DriverRuntime", store: CheckpointStore, series: str, df: "DataFrame",
-                retained: int | None, *, kind: CheckpointKind = CheckpointKind.SERIES) -> int:
-    """A file-merged save (FLIP-306): pending entry naming what it may reuse → segments written
-    by the executors → wasteful files rewritten → artifact and completed entry → subsume."""
-    from spark_steward.spark import checkpoint_merging as merged
-
-    spark = df.sparkSession
-    conf = runtime.conf
-
-    def setting(key: Any) -> Any:
-        return session_value(spark, key, conf.get(key))
-
-    known: dict[str, Segment] = {}
-    if kind is CheckpointKind.SERIES:
-        store.refresh(series)
-        if setting(CHECKPOINTS_MERGING_ACROSS_BOUNDARY):
-            known = merged.known_segments(store, store.completed(series))
-    entry = store.begin(series, kind=kind, merged=True,
-                        reuses={s.file for s in known.values()})
-    label = f"checkpoint {entry.id}"
-    try:
-        max_file_size = setting(CHECKPOINTS_MERGING_MAX_FILE_SIZE)
-        segments = merged.write_merged(df, store.storage, entry.data,
-                                       max_file_size=max_file_size, known=known)
-        if known and retained is not None:
-            kept = store.completed(series)[-(retained - 1):] if retained > 1 else []
-            segments = merged.rewrite_wasteful(
-                store.storage, entry.data, segments,
-                [s for s in merged.known_segments(store, kept).values()],
-                bound=setting(CHECKPOINTS_MERGING_MAX_AMPLIFICATION),
-                max_file_size=max_file_size, label=label)
-        artifact = {"format": MERGED_FORMAT, "series": entry.series, "id": entry.number,
-                    "app_id": entry.app_id, "schema": df.schema.json(),
-                    "segments": [s.to_json() for s in segments]}
-        totals = merged.summary(segments)
-        done = store.complete(entry, artifact, rows=totals["rows"], bytes_=totals["bytes"],
-                              files=totals["files"], retained=retained,
-                              physical={s.file for s in segments})
-    except BaseException as exc:
-        store.discard(entry, f"save failed: {type(exc).__name__}")
-        raise
-    # Files of attempts that did not count (and lock-free leftovers) go now, not at the next
-    # discard: nothing references them.
-    store.cleaner.submit(("orphan:merged/" + series, entry.number),
-                         lambda: store.sweep_merged(series) and None)
-    return done.number
-
-
-def restore_merged(spark: "SparkSession", store: CheckpointStore, entry: CheckpointEntry,
-                   artifact: dict[str, Any]) -> "DataFrame":
-    from spark_steward.spark import checkpoint_merging as merged
-
-    label = f"checkpoint {entry.id}"
-    try:
-        schema = artifact["schema"]
-    except KeyError:
-        raise CheckpointCorrupt(f"{label}: artifact lacks the schema") from None
-    return merged.read_merged(spark, store.storage, merged.segments_of(artifact, label), schema,
-                              label)
 
 
 def _remove_unlisted(store: CheckpointStore, entry: CheckpointEntry, listed: set[str]) -> None:
