@@ -43,33 +43,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from checkpoints import expected_totals, make_df, totals  # the same DataFrame and checks
 from steward_session import steward_session
 
 MERGING = "spark.steward.checkpoints.file-merging.enabled"
 ACROSS = "spark.steward.checkpoints.file-merging.across-checkpoint-boundary"
 KINDS = ("builtin", "unmerged", "merged")
-
-
-def make_df(spark: Any, rows: int, partitions: int) -> Any:
-    from pyspark.sql.functions import col, concat, lit
-
-    return spark.range(0, rows, numPartitions=partitions).select(
-        "id", (col("id") * 1.5).alias("x"),
-        concat(lit("name-"), col("id").cast("string")).alias("s"))
-
-
-def totals(df: Any) -> tuple[int, int, float, int]:
-    from pyspark.sql.functions import count, length, lit
-    from pyspark.sql.functions import sum as sum_
-
-    row = df.agg(count(lit(1)), sum_("id"), sum_("x"), sum_(length("s"))).collect()[0]
-    return int(row[0]), int(row[1]), float(row[2]), int(row[3])
-
-
-def expected_totals(rows: int) -> tuple[int, int, float, int]:
-    ids = rows * (rows - 1) // 2
-    digits = sum(len(str(i)) for i in range(rows))
-    return rows, ids, ids * 1.5, 5 * rows + digits
 
 
 def files_in(path: Path) -> list[Path]:
