@@ -261,9 +261,9 @@ CHECKPOINTS_MERGING_MAX_AMPLIFICATION = _key(
     "out of the most wasteful physical files so they can be deleted. Below 1 disables it.")
 CHECKPOINTS_REPLACE_BUILTIN = _key(
     "spark.steward.checkpoints.replace-builtin", BOOL, "false",
-    "Serves `df.checkpoint(eager)` from the checkpoint store (merged when file merging is on) "
-    "instead of Spark's checkpoint dir: same rows, lineage cut, owned and cleaned like every "
-    "checkpoint of the application. Settable per session.")
+    "Serves `df.checkpoint(eager)` as a file-merged checkpoint of the application's "
+    "`_spark.<app id>` series instead of Spark's checkpoint dir: same rows, lineage cut, "
+    "deleted at stop (or by the next attach or `gc` after a crash). Settable per session.")
 CACHE_MAX_BYTES = _key(
     "spark.steward.cache.max-bytes", SIZE, "0",
     "Most bytes of materialized cached tables an application keeps (`0`: unbounded). A new "

@@ -110,13 +110,13 @@ def save_merged(runtime: "DriverRuntime", store: CheckpointStore, series: str, d
     label = f"checkpoint {entry.id}"
     try:
         max_file_size = setting(CHECKPOINTS_MERGING_MAX_FILE_SIZE)
-        segments = write_merged(df, store.storage, entry.data,
-                                       max_file_size=max_file_size, known=known)
+        segments = write_merged(df, store.storage, entry.data, max_file_size=max_file_size,
+                                known=known)
         if known and retained is not None:
             kept = store.completed(series)[-(retained - 1):] if retained > 1 else []
             segments = rewrite_wasteful(
                 store.storage, entry.data, segments,
-                [s for s in known_segments(store, kept).values()],
+                list(known_segments(store, kept).values()),
                 bound=setting(CHECKPOINTS_MERGING_MAX_AMPLIFICATION),
                 max_file_size=max_file_size, label=label)
         artifact = {"format": ARTIFACT_FORMAT, "series": entry.series, "id": entry.number,
@@ -146,8 +146,7 @@ def restore_merged(spark: "SparkSession", store: CheckpointStore, entry: Checkpo
         schema = artifact["schema"]
     except KeyError:
         raise CheckpointCorrupt(f"{label}: artifact lacks the schema") from None
-    return read_merged(spark, store.storage, segments_of(artifact, label), schema,
-                              label)
+    return read_merged(spark, store.storage, segments_of(artifact, label), schema, label)
 
 
 # -- writing ----------------------------------------------------------------------------------
