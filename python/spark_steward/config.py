@@ -263,7 +263,8 @@ CHECKPOINTS_REPLACE_BUILTIN = _key(
     "spark.steward.checkpoints.replace-builtin", BOOL, "false",
     "Serves `df.checkpoint(eager)` as a file-merged checkpoint of the application's "
     "`_spark.<app id>` series instead of Spark's checkpoint dir: same rows, lineage cut, "
-    "deleted at stop (or by the next attach or `gc` after a crash). Settable per session.")
+    "deleted when Spark's cleaner drops the DataFrame (with `checkpoints.transparent`), at stop, "
+    "or by the next attach or `gc` after a crash. Settable per session.")
 CACHE_MAX_BYTES = _key(
     "spark.steward.cache.max-bytes", SIZE, "0",
     "Most bytes of materialized cached tables an application keeps (`0`: unbounded). A new "

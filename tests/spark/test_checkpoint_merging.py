@@ -8,6 +8,7 @@ Every test uses its own series name: the shared session's storage dir outlives e
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -279,3 +280,23 @@ def test_replace_builtin_serves_df_checkpoint_per_session(spark: Any, runtime: A
     assert path is not None and sorted(r.id for r in spark_own.collect()) == [0, 1, 2]
     served = [e for e in store.entries(series) if e.kind is CheckpointKind.SPARK_DATAFRAME]
     assert {e.number for e in served} - before == {e.number for e in new}
+
+    # released like Spark's own: once nothing on the JVM reads it, Spark's cleaner cleans the
+    # RDD over the segments and the checkpoint is discarded with its physical files
+    first = min(new, key=lambda e: e.number)
+    folder = Path(runtime.storage.path(first.data))
+    assert folder.is_dir()
+    del cut
+
+    def collect() -> None:
+        gc.collect()
+        spark.sparkContext._jvm.System.gc()
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and first.key in {e.key for e in store.entries(series)}:
+        collect()
+        time.sleep(0.3)
+    assert first.key not in {e.key for e in store.entries(series)}
+    _idle(store)
+    assert not folder.exists()
+    assert sorted(lazy.collect()) == sorted(df.collect())  # the other one is still there

@@ -20,6 +20,7 @@ from spark_steward.spark.events import (
     EventDecodeError,
     ExecutorAdded,
     ExecutorRemoved,
+    RddCleaned,
     JobEnd,
     JobStart,
     TaskEnd,
@@ -178,6 +179,13 @@ def test_checkpoint_cleaned(rdd_id: int) -> None:
     payload = java_batch([java_event(8, "checkpoint_cleaned", 80, rdd_id)])
     assert payload.endswith(f'"events":[[8,"checkpoint_cleaned",80,{rdd_id}]]}}')
     assert decode_batch(payload).events == (CheckpointCleaned(8, 80, rdd_id),)
+
+
+@pytest.mark.parametrize("rdd_id", [0, 2**31 - 1])
+def test_rdd_cleaned(rdd_id: int) -> None:
+    # CheckpointCleanWatch.rddCleaned(int): EventEncoder.event("rdd_cleaned", now).num(rddId)
+    payload = java_batch([java_event(9, "rdd_cleaned", 90, rdd_id)])
+    assert decode_batch(payload).events == (RddCleaned(9, 90, rdd_id),)
 
 
 def test_checkpoint_cleaned_reaches_subscribers_in_sequence() -> None:

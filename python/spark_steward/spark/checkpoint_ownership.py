@@ -25,7 +25,7 @@ from spark_steward.checkpoint.store import CheckpointStore
 from spark_steward.config import CHECKPOINTS_TRANSPARENT
 from spark_steward.lifecycle.checkpoints import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, spark_series)
-from spark_steward.spark.events import CheckpointCleaned, JobEnd, SparkEvent
+from spark_steward.spark.events import CheckpointCleaned, JobEnd, RddCleaned, SparkEvent
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -44,6 +44,8 @@ class SparkCheckpointOwner:
         self.series = spark_series(runtime.app_id)
         self._rdds: dict[int, CheckpointEntry] = {}
         self._dirs: dict[str, CheckpointEntry] = {}
+        #: ``df.checkpoint()`` results the store served (replace-builtin), by their RDD's id
+        self._served: dict[int, CheckpointEntry] = {}
         self._lock = threading.Lock()
         self._unsubscribe: Callable[[], None] | None = None
         self.active = False
@@ -111,8 +113,23 @@ class SparkCheckpointOwner:
 
     # -- events ------------------------------------------------------------------------------
 
+    def serve(self, rdd_id: int, entry: CheckpointEntry) -> bool:
+        """Discards ``entry`` once Spark's cleaner cleans RDD ``rdd_id`` (which the caller has
+        registered with it); False when this owner is not listening (then it goes at stop)."""
+        if not self.active:
+            return False
+        with self._lock:
+            self._served[rdd_id] = entry
+        return True
+
     def _on_event(self, event: SparkEvent) -> None:
-        if isinstance(event, CheckpointCleaned):
+        if isinstance(event, RddCleaned):
+            with self._lock:
+                served = self._served.pop(event.rdd_id, None)
+            if served is not None:
+                self.store.discard(served, f"Spark's cleaner dropped RDD {event.rdd_id}, which "
+                                           "read it")
+        elif isinstance(event, CheckpointCleaned):
             with self._lock:
                 entry = self._rdds.pop(event.rdd_id, None)
             if entry is not None:

@@ -102,8 +102,32 @@ class CheckpointService(RuntimeService):
         number = save_merged(self._runtime, store, series, df, None,
                              kind=CheckpointKind.SPARK_DATAFRAME)
         entry = store.get_completed(series, number)
-        return restore_merged(df.sparkSession, store, entry,
-                              store.metadata.read_artifact(series, number))
+        result = restore_merged(df.sparkSession, store, entry,
+                                store.metadata.read_artifact(series, number))
+        self._release_when_cleaned(result, entry)
+        return result
+
+    def _release_when_cleaned(self, df: "DataFrame", entry: CheckpointEntry) -> None:
+        """Registers the RDD that reads ``entry`` with Spark's ContextCleaner, so the entry is
+        discarded once nothing on the JVM references it (as Spark cleans its own checkpoints);
+        without the cleaner (or ``checkpoints.transparent=false``) it goes at stop."""
+        from spark_steward.spark.spark_checkpoints import release_java
+
+        owner = self.spark_checkpoints
+        if owner is None or not owner.active:
+            return
+        sc = df.sparkSession.sparkContext
+        plan = df._jdf.queryExecution().logical()
+        rdd = cleaner = None
+        try:
+            if str(plan.nodeName()) != "LogicalRDD":
+                return
+            rdd = plan.rdd()
+            cleaner = sc._jsc.sc().cleaner()
+            if cleaner.isDefined() and owner.serve(int(rdd.id()), entry):
+                cleaner.get().registerRDDForCleanup(rdd)
+        finally:
+            release_java(sc._gateway, rdd, plan, cleaner)
 
     # -- named series ------------------------------------------------------------------------
 

@@ -106,8 +106,19 @@ class CheckpointCleaned:
     rdd_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class RddCleaned:
+    """Spark's ContextCleaner cleaned RDD ``rdd_id`` (registered with it and then garbage
+    collected on the JVM). Sent by the shim's CheckpointCleanWatch; drives the release of
+    ``df.checkpoint()`` results the checkpoint store served."""
+
+    seq: int
+    time: int
+    rdd_id: int
+
+
 SparkEvent = Union[JobStart, JobEnd, TaskStart, TaskEnd, ExecutorAdded, ExecutorRemoved,
-                   ApplicationEnd, CheckpointCleaned]
+                   ApplicationEnd, CheckpointCleaned, RddCleaned]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +132,8 @@ class EventBatch:
 
 
 # Each event arrives as [seq, type, time, fields...]; the field order per type is fixed by the
-# shim's StewardListener (checkpoint_cleaned [rdd_id]: CheckpointCleanWatch) and mirrored here.
+# shim's StewardListener (checkpoint_cleaned [rdd_id] and rdd_cleaned [rdd_id]:
+# CheckpointCleanWatch) and mirrored here.
 
 def _job_start(r: list[Any]) -> JobStart:
     return JobStart(r[0], r[2], r[3], tuple(r[4]), r[5], r[6], dict(r[7] or {}))
@@ -156,6 +168,10 @@ def _checkpoint_cleaned(r: list[Any]) -> CheckpointCleaned:
     return CheckpointCleaned(r[0], r[2], int(r[3]))
 
 
+def _rdd_cleaned(r: list[Any]) -> RddCleaned:
+    return RddCleaned(r[0], r[2], int(r[3]))
+
+
 _DECODERS: dict[str, Callable[[list[Any]], SparkEvent]] = {
     "job_start": _job_start,
     "job_end": _job_end,
@@ -165,6 +181,7 @@ _DECODERS: dict[str, Callable[[list[Any]], SparkEvent]] = {
     "executor_removed": _executor_removed,
     "application_end": _application_end,
     "checkpoint_cleaned": _checkpoint_cleaned,
+    "rdd_cleaned": _rdd_cleaned,
 }
 
 

@@ -79,7 +79,7 @@ def to_url(hadoop_path: str) -> str:
     return hadoop_path
 
 
-def _release(gateway: Any, *objects: Any) -> None:
+def release_java(gateway: Any, *objects: Any) -> None:
     """Drops py4j's references to JVM objects now instead of at Python's next GC."""
     for obj in objects:
         if obj is not None and hasattr(obj, "_detach"):
@@ -93,7 +93,7 @@ def _option_string(gateway: Any, option: Any) -> str | None:
     try:
         return str(option.get()) if option.isDefined() else None
     finally:
-        _release(gateway, option)
+        release_java(gateway, option)
 
 
 def checkpoint_dir(sc: "SparkContext") -> str | None:
@@ -128,12 +128,12 @@ def checkpointed_rdd_of_dataframe(df: "DataFrame") -> tuple[int, str | None]:
         try:
             marked = bool(data.isDefined())
         finally:
-            _release(gateway, data)
+            release_java(gateway, data)
         if not marked or rdd.isLocallyCheckpointed():
             raise ValueError(f"RDD {rdd_id} under this DataFrame is not reliably checkpointed")
         return rdd_id, _url_or_none(_option_string(gateway, rdd.getCheckpointFile()))
     finally:
-        _release(gateway, rdd, plan)
+        release_java(gateway, rdd, plan)
 
 
 def clean_checkpoints_on(sc: "SparkContext") -> bool:
@@ -145,7 +145,7 @@ def clean_checkpoints_on(sc: "SparkContext") -> bool:
         if not cleaner.isDefined():
             return False
     finally:
-        _release(sc._gateway, cleaner)
+        release_java(sc._gateway, cleaner)
     return str(jsc.conf().get(CLEAN_CHECKPOINTS, "false")).strip().lower() == "true"
 
 
@@ -180,7 +180,7 @@ def _watch_call(sc: "SparkContext", bridge: Any, method: str) -> bool:
     try:
         return bool(java_class.getMethod(method, arg_types).invoke(None, args))
     finally:
-        _release(gateway, args, arg_types, java_class)
+        release_java(gateway, args, arg_types, java_class)
 
 
 def install_clean_watch(sc: "SparkContext", bridge: Any = None) -> bool:

@@ -27,6 +27,7 @@ import scala.Option;
 public final class CheckpointCleanWatch {
   static final String CLEAN_CHECKPOINTS = "spark.cleaner.referenceTracking.cleanCheckpoints";
   static final String EVENT = "checkpoint_cleaned";
+  static final String RDD_EVENT = "rdd_cleaned";
 
   /** The context the listener was attached to; weak so a stopped context can be collected. */
   private static WeakReference<SparkContext> watched = new WeakReference<>(null);
@@ -98,8 +99,21 @@ public final class CheckpointCleanWatch {
       }
     }
 
+    /** Forwarded too: a DataFrame checkpoint served by the store registers its RDD with the
+     *  cleaner, and its entry is discarded once Spark cleans that RDD. */
     @Override
-    public void rddCleaned(int rddId) {}
+    public void rddCleaned(int rddId) {
+      try {
+        EventBridge bridge = EventBridge.current();
+        SparkContext context = sc.get();
+        if (bridge != null && context != null) {
+          bridge.offerFrom(context,
+              EventEncoder.event(RDD_EVENT, System.currentTimeMillis()).num(rddId));
+        }
+      } catch (RuntimeException | LinkageError ignored) {
+        // Never disturb Spark's cleaner; a missed event leaves the checkpoint until stop.
+      }
+    }
 
     @Override
     public void shuffleCleaned(int shuffleId) {}
