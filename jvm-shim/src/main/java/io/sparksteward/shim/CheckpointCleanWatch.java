@@ -87,15 +87,19 @@ public final class CheckpointCleanWatch {
 
     @Override
     public void checkpointCleaned(long rddId) {
+      offer(EVENT, rddId); // a missed one is a leaked folder, cleaned at stop or by gc
+    }
+
+    private void offer(String event, long rddId) {
       try {
         EventBridge bridge = EventBridge.current();
         SparkContext context = sc.get();
         if (bridge != null && context != null) {
           bridge.offerFrom(context,
-              EventEncoder.event(EVENT, System.currentTimeMillis()).num(rddId));
+              EventEncoder.event(event, System.currentTimeMillis()).num(rddId));
         }
       } catch (RuntimeException | LinkageError ignored) {
-        // Never disturb Spark's cleaner; a missed event is a leaked folder, cleaned later.
+        // Never disturb Spark's cleaner.
       }
     }
 
@@ -103,16 +107,7 @@ public final class CheckpointCleanWatch {
      *  cleaner, and its entry is discarded once Spark cleans that RDD. */
     @Override
     public void rddCleaned(int rddId) {
-      try {
-        EventBridge bridge = EventBridge.current();
-        SparkContext context = sc.get();
-        if (bridge != null && context != null) {
-          bridge.offerFrom(context,
-              EventEncoder.event(RDD_EVENT, System.currentTimeMillis()).num(rddId));
-        }
-      } catch (RuntimeException | LinkageError ignored) {
-        // Never disturb Spark's cleaner; a missed event leaves the checkpoint until stop.
-      }
+      offer(RDD_EVENT, rddId); // a missed one leaves the checkpoint until stop
     }
 
     @Override
