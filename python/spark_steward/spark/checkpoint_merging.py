@@ -69,12 +69,12 @@ def segments_of(artifact: Mapping[str, Any], label: str) -> list[Segment]:
     return sorted(found, key=lambda s: s.partition)
 
 
-def known_segments(store: CheckpointStore, entries: Sequence[CheckpointEntry]
-                   ) -> dict[str, Segment]:
-    """Segments of ``entries`` (merged, completed) by content hash: what a save across the
-    checkpoint boundary may reuse. Newer checkpoints win."""
-    known: dict[str, Segment] = {}
-    for entry in sorted(entries, key=lambda e: e.number):
+def stored_segments(store: CheckpointStore, entries: Sequence[CheckpointEntry]
+                    ) -> dict[int, list[Segment]]:
+    """The segments of each merged checkpoint of ``entries``, by number (one artifact read
+    each; an unreadable one is left out with a warning: its segments are not reused)."""
+    found: dict[int, list[Segment]] = {}
+    for entry in entries:
         if not entry.merged:
             continue
         try:
@@ -82,9 +82,14 @@ def known_segments(store: CheckpointStore, entries: Sequence[CheckpointEntry]
         except CheckpointCorrupt as exc:
             log.warning("not reusing the segments of %s: %s", entry.id, exc)
             continue
-        for seg in segments_of(artifact, f"checkpoint {entry.id}"):
-            known[seg.sha256] = seg
-    return known
+        found[entry.number] = segments_of(artifact, f"checkpoint {entry.id}")
+    return found
+
+
+def by_content(segments: Mapping[int, list[Segment]]) -> dict[str, Segment]:
+    """Segments by content hash: what a save across the checkpoint boundary may reuse. Newer
+    checkpoints win."""
+    return {seg.sha256: seg for number in sorted(segments) for seg in segments[number]}
 
 
 # -- saving and restoring a checkpoint ---------------------------------------------------------
@@ -100,11 +105,15 @@ def save_merged(runtime: "DriverRuntime", store: CheckpointStore, series: str, d
     def setting(key: Any) -> Any:
         return session_value(spark, key, conf.get(key))
 
-    known: dict[str, Segment] = {}
+    previous: dict[int, list[Segment]] = {}
+    completed: list[int] = []
     if kind is CheckpointKind.SERIES:
         store.refresh(series)
         if setting(CHECKPOINTS_MERGING_ACROSS_BOUNDARY):
-            known = known_segments(store, store.completed(series))
+            retained_entries = store.completed(series)
+            completed = [e.number for e in retained_entries]
+            previous = stored_segments(store, retained_entries)
+    known = by_content(previous)
     entry = store.begin(series, kind=kind, merged=True,
                         reuses={s.file for s in known.values()})
     label = f"checkpoint {entry.id}"
@@ -113,10 +122,10 @@ def save_merged(runtime: "DriverRuntime", store: CheckpointStore, series: str, d
         segments = write_merged(df, store.storage, entry.data, max_file_size=max_file_size,
                                 known=known)
         if known and retained is not None:
-            kept = store.completed(series)[-(retained - 1):] if retained > 1 else []
+            kept = completed[-(retained - 1):] if retained > 1 else []
             segments = rewrite_wasteful(
                 store.storage, entry.data, segments,
-                list(known_segments(store, kept).values()),
+                [seg for number in kept for seg in previous.get(number, [])],
                 bound=setting(CHECKPOINTS_MERGING_MAX_AMPLIFICATION),
                 max_file_size=max_file_size, label=label)
         artifact = {"format": ARTIFACT_FORMAT, "series": entry.series, "id": entry.number,
