@@ -80,6 +80,7 @@ from typing import Any, Callable
 from pyspark.sql.functions import udf
 from pyspark.sql.types import LongType
 
+from checkpoints import Timer  # the same stopwatch
 from steward_session import steward_session
 
 VARIANTS = ("none", "memory", "disk", "parquet", "steward")
@@ -163,15 +164,6 @@ RUN: dict[str, Callable[[Any], Any]] = {"count": act_count, "aggregate": act_agg
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-class Timer:
-    def __enter__(self) -> "Timer":
-        self.start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.seconds = time.perf_counter() - self.start
-
 
 def session(tmp: Path, app_name: str, suffix: str = "") -> Any:
     return steward_session(tmp, app_name, **{
