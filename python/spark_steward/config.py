@@ -170,7 +170,15 @@ STORAGE_DIR = _key(
 LOCAL_DIR = _key(
     "spark.steward.local.dir", STRING, "",
     "Host-local working directory on the driver and every executor host. Empty means "
-    "`<system temp dir>/spark-steward/local`.")
+    "`<system temp dir>/spark-steward/local`. It must outlive executor processes (standalone and "
+    "YARN hosts keep it; on Kubernetes mount a persistent volume there): files in it survive "
+    "executor restarts and are removed when their application ends.")
+LOCAL_MAX_BYTES = _key(
+    "spark.steward.local.max-bytes", SIZE, "0",
+    "Most bytes of host-local files (blob cache and `local.state` values) one application keeps "
+    "on each host (`0`: unbounded). The least recently used entries no task uses are evicted "
+    "first; when that cannot make room a `put` fails with `LocalSpaceFull` and a blob read streams "
+    "into a file of the task instead.", minimum=0)
 EVENTS_BUFFER_CAPACITY = _key(
     "spark.steward.events.buffer-capacity", INT, "100000",
     "Events the JVM shim holds for Python before it drops (and counts) new ones. Read by the "

@@ -107,3 +107,11 @@ class TableReplaced(CacheError):
 
 class ManifestError(CacheError):
     """A cached table's data files could not be listed or read into a manifest; names the file."""
+
+
+class LocalStateError(StewardError):
+    """Host-local state was misused or is unusable; the message names the key or path."""
+
+
+class LocalSpaceFull(LocalStateError):
+    """spark.steward.local.max-bytes leaves no room even after evicting every unused entry."""

@@ -1,0 +1,27 @@
+"""Host-local files: the working directory with its durable manifest (FLIP-201), and named
+key-value stores for tasks.
+
+``spark_steward.local.state(name)`` inside a task returns the application's store ``name`` on
+that host (:class:`~spark_steward.local.state.LocalState`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spark_steward.local.state import LocalState
+
+
+def state(name: str) -> "LocalState":
+    """The application's host-local store ``name``, from inside a task.
+
+    Raises :class:`~spark_steward.errors.NotInTask` outside a task of a session with
+    spark-steward on.
+    """
+    from spark_steward.spark.local_executor import local_state
+
+    return local_state(name)
+
+
+__all__ = ["state"]
