@@ -1,17 +1,22 @@
-"""The executor's blob cache: one host-local directory shared by every Python worker of the
-application on that host, coordinated with file locks.
+"""The executor's blob cache: the ``blob-cache/`` folder of the application's host-local working
+directory (:mod:`spark_steward.local.working_dir`), shared by every Python worker of the
+application on that host and coordinated with file locks.
 
-A read is served from the host-local copy after a crc32c check at its first use in a process.
+A read is served from the host-local copy after a crc32c check at its first use in a process;
+the manifest record of a copy cached by a killed executor lets its replacement adopt it without
+any transfer.
 On a miss the blob comes, in order, from the driver's own copy when the driver runs on this
 host (a hard link: no bytes move), from the HA store, and from the driver's blob server. Every
 transfer lands in a temp file and is renamed into place only when complete and verified, so a
-worker killed mid-download leaves a temp file, never a wrong blob.
+worker killed mid-download leaves a temp file, never a wrong blob. When
+``spark.steward.local.max-bytes`` leaves no room, the blob is streamed into a file of the
+running task instead, removed when the task ends.
 
-Cross-process rules (``<root>/<scope>/``):
+Cross-process rules (``<work dir>/blob-cache/<scope>/``):
 
 * ``.<key>.use`` — every process holding task references takes a shared ``flock``; a process
-  deletes an entry only with the exclusive lock, so nothing in use on the host is deleted.
-* ``.<key>.fetch`` — exclusive while one process checks and fetches, so concurrent requests
+  deletes (or evicts) an entry only with the exclusive lock, so nothing in use on the host goes.
+* ``.<key>.write`` — exclusive while one process checks and fetches, so concurrent requests
   on one host download once; the others find the verified copy when they get the lock.
 
 References are counted per task in each process; a task's end (try/finally in the task wrapper,
@@ -21,7 +26,6 @@ unreferenced entries enter staged cleanup.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shutil
@@ -33,10 +37,13 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from spark_steward.blob.keys import BlobKey, BlobRef, blob_relpath
-from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, discard, file_identity
-from spark_steward.errors import BlobNotFound, StewardError
+from spark_steward.blob.stores import (HaBlobStore, LocalBlobStore, crc_of_file, discard,
+                                       file_identity, temp_name)
+from spark_steward.errors import BlobNotFound, ChecksumMismatch, LocalSpaceFull, StewardError
 from spark_steward.lifecycle.refcount import RefCounts
 from spark_steward.lifecycle.staged_cleanup import StagedCleanup
+from spark_steward.local.fs import FileLock
+from spark_steward.local.working_dir import WorkingDir
 
 log = logging.getLogger(__name__)
 
@@ -57,61 +64,105 @@ class BlobSources:
 class BlobCache:
     """Per-process view of the host-local cache of one application."""
 
-    def __init__(self, root: str | os.PathLike[str], sources: BlobSources) -> None:
-        self.store = LocalBlobStore(root)
+    FOLDER = "blob-cache"
+
+    def __init__(self, working_dir: WorkingDir | str | os.PathLike[str],
+                 sources: BlobSources) -> None:
+        self.work = (working_dir if isinstance(working_dir, WorkingDir)
+                     else WorkingDir(Path(working_dir), ""))
         self.sources = sources
         self.stats: Counter[str] = Counter()
         self._refs: RefCounts[Entry] = RefCounts()
         self._staged: StagedCleanup[Entry] = StagedCleanup()
         self._task_entries: dict[int, list[Entry]] = defaultdict(list)
-        self._use_locks: dict[Entry, int] = {}
+        self._task_streams: dict[int, list[Path]] = defaultdict(list)
+        self._use_locks: dict[Entry, FileLock] = {}
         self._verified: dict[Entry, tuple[int, int]] = {}
         self._key_locks: dict[Entry, threading.Lock] = defaultdict(threading.Lock)
         self._lock = threading.RLock()
+
+    def entry(self, scope: str, key: BlobKey) -> str:
+        return f"{self.FOLDER}/{blob_relpath(scope, key)}"
+
+    def path(self, scope: str, key: BlobKey) -> Path:
+        return self.work.path_of(self.entry(scope, key))
 
     # -- reads -------------------------------------------------------------------------------
 
     def get(self, ref: BlobRef, task_id: int) -> Path:
         """A verified local path of ``ref``, referenced by task ``task_id`` until it ends."""
         entry = (ref.scope, ref.key)
-        path = self.store.path(ref.scope, ref.key)
+        path = self.path(ref.scope, ref.key)
         with self._key_locks[entry]:
             self._reference(entry, task_id)
             try:
                 identity = file_identity(path)
                 if identity is None or self._verified.get(entry) != identity:
-                    self._materialize(ref, path)
+                    streamed = self._materialize(ref, task_id)
+                    if streamed is not None:
+                        return streamed
                     self._verified[entry] = file_identity(path)  # type: ignore[assignment]
                 else:
                     self.stats["hit"] += 1
+                self.work.stamp_use(self.entry(ref.scope, ref.key))
             except BaseException:
                 self._release_entry(entry, task_id)
                 raise
         return path
 
-    def _materialize(self, ref: BlobRef, path: Path) -> None:
-        fetch_lock = path.with_name(f".{ref.key.digest}.fetch")
-        fd = os.open(fetch_lock, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if self.store.verify(ref.scope, ref.key, ref.crc32c, ref.size):
+    def _materialize(self, ref: BlobRef, task_id: int) -> Path | None:
+        """Adopts a verified copy or fetches one; returns a task-private path instead when the
+        byte bound leaves no room in the cache."""
+        name = self.entry(ref.scope, ref.key)
+        with self.work.writing(name):
+            if self.work.lookup(name, expected=(ref.crc32c, ref.size)) is not None:
                 self.stats["verified"] += 1
-                return
-            self._fetch(ref)
-        finally:
-            os.close(fd)
+                return None
+            try:
+                self._fetch(ref, lambda fill: self.work.install(
+                    name, capability="blobs", scope=ref.scope, produce=fill,
+                    expected=(ref.crc32c, ref.size)))
+                return None
+            except LocalSpaceFull as full:
+                log.warning("streaming blob %s for task %d outside the cache: %s", ref.key,
+                            task_id, full)
+        stream_dir = self.work.root / "streams"
+        stream_dir.mkdir(parents=True, exist_ok=True)
+        path = stream_dir / f"{task_id}-{ref.scope}-{ref.key.digest}"
 
-    def _fetch(self, ref: BlobRef) -> None:
+        def install(fill: Callable[[Path], tuple[int, int] | None]) -> None:
+            tmp = temp_name(path)
+            try:
+                computed = fill(tmp)
+                crc, size = computed if computed is not None else crc_of_file(tmp)
+                if (crc, size) != (ref.crc32c, ref.size):
+                    raise ChecksumMismatch(
+                        f"streamed copy of blob {ref.key} ({ref.scope}) is wrong: crc32c "
+                        f"{crc:08x}/{size} bytes, expected {ref.crc32c:08x}/{ref.size} bytes")
+                os.replace(tmp, path)
+            except BaseException:
+                discard(tmp)
+                raise
+
+        self._fetch(ref, install)
+        with self._lock:
+            self._task_streams[task_id].append(path)
+        self.stats["streamed"] += 1
+        return path
+
+    def _fetch(self, ref: BlobRef, install: Callable[[Callable[[Path], tuple[int, int] | None]],
+                                                     object]) -> None:
         errors: list[str] = []
         src = self.sources
         if src.driver_store is not None:
             driver_copy = src.driver_store.path(ref.scope, ref.key)
             if driver_copy.is_file():
                 try:
-                    self.store.install(ref.scope, ref.key, ref.crc32c, ref.size,
-                                       lambda tmp: self._link_or_copy(driver_copy, tmp))
+                    install(lambda tmp: self._link_or_copy(driver_copy, tmp))
                     self.stats["linked"] += 1
                     return
+                except LocalSpaceFull:
+                    raise
                 except (OSError, StewardError) as exc:
                     errors.append(f"driver copy {driver_copy}: {exc}")
         for name, fill in (("ha", self._from_ha(ref)), ("server", self._from_server(ref))):
@@ -119,9 +170,11 @@ class BlobCache:
                 continue
             for attempt in range(1, src.attempts + 1):
                 try:
-                    self.store.install(ref.scope, ref.key, ref.crc32c, ref.size, fill)
+                    install(fill)
                     self.stats[name] += 1
                     return
+                except LocalSpaceFull:
+                    raise
                 except FileNotFoundError as exc:
                     errors.append(f"{name}: {exc}")
                     break
@@ -176,34 +229,22 @@ class BlobCache:
 
     def _hold(self, entry: Entry) -> None:
         """Shared lock on the entry's use file: no process on the host deletes it now."""
-        if entry in self._use_locks:
-            return
-        scope, key = entry
-        use = self.store.path(scope, key).with_name(f".{key.digest}.use")
-        use.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(use, os.O_CREAT | os.O_RDWR, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            # A deleter may have unlinked the lock file between our open and our lock.
-            try:
-                same = os.fstat(fd).st_ino == os.stat(use).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                self._use_locks[entry] = fd
-                return
-            os.close(fd)
+        if entry not in self._use_locks:
+            self._use_locks[entry] = self.work.hold(self.entry(*entry))
 
     def release_task(self, task_id: int) -> None:
         """Task ``task_id`` ended (success, failure or kill): drop its references."""
         with self._lock:
             for entry in self._task_entries.pop(task_id, []):
                 self._unreference(entry)
+            for path in self._task_streams.pop(task_id, []):
+                discard(path)
 
     def release_other_tasks(self, running_task: int) -> None:
         """A worker runs one task at a time: references of any other task are stale."""
         with self._lock:
-            for task_id in [t for t in self._task_entries if t != running_task]:
+            for task_id in [t for t in {*self._task_entries, *self._task_streams}
+                            if t != running_task]:
                 self.release_task(task_id)
 
     def _release_entry(self, entry: Entry, task_id: int) -> None:
@@ -215,9 +256,9 @@ class BlobCache:
 
     def _unreference(self, entry: Entry) -> None:
         if self._refs.release(entry):
-            fd = self._use_locks.pop(entry, None)
-            if fd is not None:
-                os.close(fd)
+            lock = self._use_locks.pop(entry, None)
+            if lock is not None:
+                lock.release()
             self._staged.stage(entry)
 
     def referenced(self, ref: BlobRef) -> int:
@@ -240,25 +281,23 @@ class BlobCache:
 
     def _try_delete(self, entry: Entry) -> bool:
         scope, key = entry
-        path = self.store.path(scope, key)
-        use = path.with_name(f".{key.digest}.use")
+        name = self.entry(scope, key)
+        use = self.work.use_lock_path(name)
         try:
-            fd = os.open(use, os.O_CREAT | os.O_RDWR, 0o644)
+            lock = self.work.fs.lock(use, exclusive=True, wait=False)
         except FileNotFoundError:
             return False  # the scope directory is gone already
+        if lock is None:
+            return False  # another process on this host uses it and will stage it itself
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False  # another process on this host uses it and will stage it itself
-            discard(path)
-            discard(path.with_name(f".{key.digest}.fetch"))
+            with self.work.writing(name):
+                self.work.remove(name)
             discard(use)
         finally:
-            os.close(fd)
+            lock.release()
         self._refs.forget(entry)
         self._verified.pop(entry, None)
         self._key_locks.pop(entry, None)
         self.stats["deleted"] += 1
-        log.debug("blob cache entry %s removed", blob_relpath(scope, key))
+        log.debug("blob cache entry %s removed", name)
         return True

@@ -5,20 +5,17 @@ bind blobs to jobs and acknowledge transient payloads."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import BinaryIO
 
-from spark_steward.applications import ApplicationRegistry, sweep_local_folders
 from spark_steward.blob.archives import unpack_once
 from spark_steward.blob.cache import BlobCache, BlobSources
 from spark_steward.blob.client import BlobClient
 from spark_steward.blob.keys import BlobKind, BlobRef
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
 from spark_steward.config import (BLOB_FETCH_ATTEMPTS, BLOB_HA, BLOB_NETWORK_TIMEOUT,
-                                  BLOB_RETENTION_INTERVAL, BLOB_SAME_HOST_LINK, HEARTBEAT_TIMEOUT,
-                                  STORAGE_DIR)
+                                  BLOB_RETENTION_INTERVAL, BLOB_SAME_HOST_LINK, STORAGE_DIR)
 from spark_steward.errors import BlobNotFound, StewardError
 from spark_steward.spark.executor import ExecutorRuntime, executor_runtime
 
@@ -45,32 +42,17 @@ class ExecutorBlobs:
         sources = BlobSources(driver_store=driver_store, ha=ha,
                               fetch_from_server=self._fetch_from_server if context.server_port
                               else None, attempts=conf.get(BLOB_FETCH_ATTEMPTS))
-        self.cache = BlobCache(runtime.work_dir / "blob-cache", sources)
+        from spark_steward.spark.local_executor import ExecutorWorkingDir
+
+        work = runtime.component("working-dir", ExecutorWorkingDir).work
+        self.cache = BlobCache(work, sources)
         self.unpack_root = runtime.work_dir / "unpacked"
         runtime.on_task_end(lambda scope: self.cache.release_task(scope.attempt_id))
         runtime.on_task_start(self.cache.release_other_tasks)
-        self._sweep_dead_applications_once_per_host()
         self._stop = threading.Event()
         interval = conf.get(BLOB_RETENTION_INTERVAL)
         threading.Thread(target=self._tick_forever, args=(interval,), daemon=True,
                          name="spark-steward-blob-cache-cleanup").start()
-
-    def _sweep_dead_applications_once_per_host(self) -> None:
-        """Removes what dead applications left on this host (their executors could not)."""
-        marker = self.runtime.work_dir / "blob-cache" / ".swept"
-        try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-        except FileExistsError:
-            return
-        registry = ApplicationRegistry(self.runtime.storage,
-                                       heartbeat_timeout=self.runtime.conf.get(HEARTBEAT_TIMEOUT))
-        try:
-            sweep_local_folders(self.runtime.context.local_dir, registry,
-                                self.runtime.context.app_id)
-        except (OSError, StewardError) as exc:
-            log.warning("could not sweep %s for dead applications' folders: %s",
-                        self.runtime.context.local_dir, exc)
 
     def _tick_forever(self, interval: float) -> None:
         while not self._stop.wait(interval):

@@ -36,9 +36,6 @@ log = logging.getLogger(__name__)
 
 SCOPE_PROPERTY = "spark.steward.scope"
 # Folders of an application below <local dir>/<appId> that the blob service owns.
-LOCAL_FOLDERS = ("blobs", "blob-cache", "unpacked", "files")
-
-
 def dead_application_blobs(registry: ApplicationRegistry, own_app: str) -> list[str]:
     """HA folders ``apps/<app>/blobs`` of applications that are no longer alive.
 
@@ -155,12 +152,9 @@ class BlobService(RuntimeService):
         if self.depot is not None:
             self.depot.end_application()
         if self.local_app_dir is not None:
-            for folder in LOCAL_FOLDERS:
-                shutil.rmtree(self.local_app_dir / folder, ignore_errors=True)
-            try:
-                self.local_app_dir.rmdir()
-            except OSError:
-                pass  # another capability still has files there
+            # The application's working dir on this host: blobs, caches, local state, manifest.
+            # Other hosts' go at the next start of an application there (or gc --local-dir).
+            shutil.rmtree(self.local_app_dir, ignore_errors=True)
 
     # -- scopes ------------------------------------------------------------------------------
 

@@ -203,16 +203,17 @@ class _WriteTask:
 
         from spark_steward.checkpoint.segment_files import write_segments
         from spark_steward.spark.executor import executor_runtime
+        from spark_steward.spark.local_executor import ExecutorWorkingDir
 
         runtime = executor_runtime()
+        work = runtime.component("working-dir", ExecutorWorkingDir).work
         host = _host_name()
         if self.group:  # own objects per task attempt: nobody else writes them
             tc = TaskContext.get()
             host = f"{host}-{tc.taskAttemptId() if tc else 0}"
-        runtime.work_dir.mkdir(parents=True, exist_ok=True)
         written = write_segments(runtime.storage, self.folder, elements, writer_name=host,
                                  max_file_size=self.max_file_size, known=self.known,
-                                 spool_dir=str(runtime.work_dir))
+                                 spool_dir=str(work.scratch_dir()))
         yield json.dumps([s.to_json() for s in written])
 
 

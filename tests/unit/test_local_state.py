@@ -1,0 +1,234 @@
+"""Host-local state on a real disk: the LocalState API, verification at first use, LRU eviction
+under the byte bound, left-over recovery, processes building one value once, and the blob cache
+adopting what an earlier process cached."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import crc32c
+import pytest
+
+from spark_steward.blob.cache import BlobCache, BlobSources
+from spark_steward.blob.keys import BlobRef
+from spark_steward.errors import LocalSpaceFull, LocalStateError
+from spark_steward.lifecycle.local_files import Occupancy, SpaceExhausted, choose_evictions
+from spark_steward.local.state import LocalState
+from spark_steward.local.working_dir import WorkingDir
+from tests.unit.test_blob_stores import DATA, ref_of
+
+
+def _state(root: Path, name: str = "models", max_bytes: int = 0) -> LocalState:
+    return LocalState(WorkingDir(root, "app-1", max_bytes=max_bytes), name)
+
+
+# -- pure eviction choice -------------------------------------------------------------------------
+
+
+def test_evictions_take_the_least_recently_used_unused_entries() -> None:
+    entries = [Occupancy("a", 40, last_used=3, in_use=False),
+               Occupancy("b", 40, last_used=1, in_use=True),
+               Occupancy("c", 40, last_used=2, in_use=False)]
+    assert choose_evictions(entries, incoming=30, reserved=0, bound=150) == []
+    assert choose_evictions(entries, incoming=50, reserved=0, bound=150) == ["c"]
+    assert choose_evictions(entries, incoming=90, reserved=0, bound=150) == ["c", "a"]
+    assert choose_evictions(entries, incoming=90, reserved=0, bound=0) == [], "0 is unbounded"
+    with pytest.raises(SpaceExhausted) as full:
+        choose_evictions(entries, incoming=90, reserved=40, bound=150)
+    assert (full.value.evictable, full.value.used) == (80, 160)
+
+
+# -- the API --------------------------------------------------------------------------------------
+
+
+def test_put_get_path_keys_delete(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    assert state.get("ranker") is None and state.path("ranker") is None
+    state.put("ranker", b"v1")
+    source = tmp_path / "index.bin"
+    source.write_bytes(b"index" * 100)
+    state.put("lookup/index", str(source))
+    assert state.get("ranker") == b"v1"
+    path = state.path("lookup/index")
+    assert path is not None and Path(path).read_bytes() == b"index" * 100
+    assert state.keys() == ["lookup/index", "ranker"]
+    state.put("ranker", b"v2")
+    assert state.get("ranker") == b"v2"
+    assert state.delete("ranker") and not state.delete("ranker")
+    assert state.keys() == ["lookup/index"]
+    assert _state(tmp_path, "other").keys() == [], "stores do not see each other"
+
+
+def test_replacing_a_value_leaves_one_file(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    for i in range(5):
+        state.put("k", b"x" * i)
+    files = [p for p in (tmp_path / "state").rglob("*") if p.is_file()
+             and not p.name.startswith(".")]
+    assert len(files) == 1 and files[0].read_bytes() == b"xxxx"
+
+
+def test_bad_values_and_keys_are_named(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    with pytest.raises(LocalStateError, match="not a file"):
+        state.put("k", str(tmp_path / "missing"))
+    with pytest.raises(LocalStateError, match="bytes or a file path, not int"):
+        state.put("k", 3)  # type: ignore[arg-type]
+    with pytest.raises(LocalStateError, match="non-empty string"):
+        state.put("", b"x")
+    with pytest.raises(LocalStateError, match="too long"):
+        state.put("k" * 300, b"x")
+    for key in (".hidden", "a~b", "../up", "a/b"):
+        state.put(key, key.encode())
+        assert state.get(key) == key.encode()
+    assert not (tmp_path.parent / "up").exists()
+
+
+def test_a_corrupted_value_is_never_returned(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    state.put("k", b"0123456789")
+    path = Path(state.path("k") or "")
+    raw = bytearray(path.read_bytes())
+    raw[3] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    fresh = _state(tmp_path)  # another process: verifies at first use
+    assert fresh.path("k") is None
+    assert fresh.get("k") is None and fresh.keys() == []
+
+
+def test_get_verifies_the_bytes_it_returns(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    state.put("k", b"0123456789")
+    path = Path(state.path("k") or "")
+    with open(path, "r+b") as f:  # same size, same mtime granularity: only the crc can tell
+        f.seek(2)
+        f.write(b"X")
+    assert state.get("k") is None
+
+
+def test_get_or_create_builds_once_and_returns_the_form_it_built(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    built: list[str] = []
+
+    def build() -> bytes:
+        built.append("b")
+        return b"expensive"
+
+    assert state.get_or_create("k", build) == b"expensive"
+    assert _state(tmp_path).get_or_create("k", build) == b"expensive"
+    assert built == ["b"]
+    source = tmp_path / "model.onnx"
+    source.write_bytes(b"m" * 1000)
+    first = state.get_or_create("model", lambda: source)
+    again = _state(tmp_path).get_or_create("model", lambda: 1 / 0)
+    assert first == again and isinstance(first, str) and first != str(source)
+    assert Path(first).read_bytes() == b"m" * 1000
+
+
+def _build_in_child(root: str, log: str, start: Any) -> None:
+    def build() -> bytes:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return b"v" * 100_000
+
+    state = _state(Path(root))
+    start.wait(30)
+    assert state.get_or_create("shared", build) == b"v" * 100_000
+
+
+def test_processes_racing_for_one_value_build_it_once(tmp_path: Path) -> None:
+    log = tmp_path / "builds.log"
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Event()
+    racers = [ctx.Process(target=_build_in_child, args=(str(tmp_path / "w"), str(log), start))
+              for _ in range(5)]
+    for racer in racers:
+        racer.start()
+    start.set()
+    for racer in racers:
+        racer.join(60)
+    assert [r.exitcode for r in racers] == [0] * 5
+    assert len(log.read_text().split()) == 1
+
+
+# -- the byte bound -------------------------------------------------------------------------------
+
+
+def test_the_least_recently_used_unheld_entry_is_evicted(tmp_path: Path) -> None:
+    state = _state(tmp_path, max_bytes=250)
+    state.put("a", b"a" * 100)
+    state.put("b", b"b" * 100)
+    os.utime(state.work.use_lock_path("state/models/a"), (1, 1))  # a: used long ago
+    os.utime(state.work.use_lock_path("state/models/b"), (2, 2))
+    state.put("c", b"c" * 100)
+    assert state.keys() == ["b", "c"]
+    held = state.work.hold("state/models/b")  # a task elsewhere uses b
+    try:
+        os.utime(state.work.use_lock_path("state/models/c"), (3, 3))
+        state.put("d", b"d" * 100)
+        assert state.keys() == ["b", "d"], "c went although b was older"
+        with pytest.raises(LocalSpaceFull, match=r"max-bytes=250\).*no task uses"):
+            state.put("e", b"e" * 200)
+        assert state.keys() == ["b", "d"], "a failed put evicts nothing"
+    finally:
+        held.release()
+    assert state.work.usage() == (2, 200)
+
+
+def test_a_blob_that_does_not_fit_is_streamed_for_the_task(tmp_path: Path) -> None:
+    work = WorkingDir(tmp_path, "app-1", max_bytes=len(DATA) - 1)
+    served: list[int] = []
+
+    def server(r: BlobRef, out: BinaryIO) -> tuple[int, int]:
+        served.append(1)
+        out.write(DATA)
+        return crc32c.crc32c(DATA), len(DATA)
+
+    cache = BlobCache(work, BlobSources(fetch_from_server=server))
+    path = cache.get(ref_of(DATA), 7)
+    assert path.read_bytes() == DATA and cache.stats["streamed"] == 1
+    assert "streams" in path.parts and work.usage() == (0, 0)
+    cache.release_task(7)
+    assert not path.exists(), "the task's copy goes with the task"
+
+
+# -- recovery -------------------------------------------------------------------------------------
+
+
+def test_recovery_removes_what_dead_writers_left_and_keeps_complete_values(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    state.put("kept", b"complete")
+    folder = tmp_path / "state" / "models"
+    (folder / ".torn.tmp-123456789abc").write_bytes(b"half")
+    (folder / "orphan~deadbeef").write_bytes(b"renamed, never recorded")
+    (tmp_path / "manifest" / ".x.rec.tmp-123456789abc").write_bytes(b"{")
+    work = WorkingDir(tmp_path, "app-1")
+    assert work.recover() == 3
+    assert _state(tmp_path).get("kept") == b"complete"
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == \
+        [Path(state.path("kept") or "").name]
+
+
+def test_a_blob_cached_by_an_earlier_process_is_adopted_without_transfer(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def server(r: BlobRef, out: BinaryIO) -> tuple[int, int]:
+        calls.append(1)
+        out.write(DATA)
+        return crc32c.crc32c(DATA), len(DATA)
+
+    ref = ref_of(DATA)
+    BlobCache(WorkingDir(tmp_path, "app-1"), BlobSources(fetch_from_server=server)).get(ref, 1)
+    later = BlobCache(WorkingDir(tmp_path, "app-1"), BlobSources(fetch_from_server=server))
+    assert later.get(ref, 2).read_bytes() == DATA
+    assert calls == [1] and later.stats["verified"] == 1
+    # Corrupted while nobody ran: the next process fetches it again.
+    path = later.path(ref.scope, ref.key)
+    raw = bytearray(path.read_bytes())
+    raw[0] ^= 1
+    path.write_bytes(bytes(raw))
+    third = BlobCache(WorkingDir(tmp_path, "app-1"), BlobSources(fetch_from_server=server))
+    assert third.get(ref, 3).read_bytes() == DATA and calls == [1, 1]
