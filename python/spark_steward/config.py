@@ -279,6 +279,13 @@ CACHE_MAX_BYTES = _key(
     "materialization that would exceed it first evicts the least recently used caches no live "
     "`CachedTable` object refers to, with a log line; when that cannot make room the table is used uncached "
     "with a warning, never a failed job.", minimum=0)
+CACHE_HOST_REPLICAS = _key(
+    "spark.steward.cache.host-replicas", STRING, "auto",
+    "Executors keep a verified host-local replica of each cached-table file they read, in the "
+    "working dir (`local.dir`, bounded by `local.max-bytes`), so later reads on that host skip "
+    "the storage dir: `auto` (on unless the storage dir is a local filesystem), `true` or "
+    "`false`. Settable per session.",
+    choices=("auto", "true", "false"))
 CACHE_TRANSPARENT = _key(
     "spark.steward.cache.transparent", BOOL, "false",
     "Routes `df.cache()` and `df.persist()` of sessions with spark-steward on through "

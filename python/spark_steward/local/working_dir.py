@@ -44,8 +44,12 @@ from spark_steward.records import decode_record, encode_record
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest"
-#: Folders under the working dir whose files the manifest accounts for.
+#: Folders under the working dir whose files this layer writes and recovers.
 MANAGED = ("blob-cache", "state")
+#: Written by the executors' JVMs (the shim's ReplicaFileSystem) under JVM file locks, which
+#: ``flock`` does not see: this layer reads, evicts and removes their records, never recovers
+#: their writes (the JVM does, at the entry's next read).
+JVM_WRITTEN = ("table-replicas",)
 Produce = Callable[[Path], "tuple[int, int] | None"]
 
 
@@ -361,6 +365,8 @@ class WorkingDir:
         complete = self.records()
         removed = 0
         for announcement in self._announcements():
+            if announcement.entry.split("/", 1)[0] in JVM_WRITTEN:
+                continue
             lock = self.fs.lock(self._sidecar(announcement.entry, "write"), exclusive=True,
                                 wait=False)
             if lock is None:

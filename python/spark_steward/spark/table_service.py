@@ -275,7 +275,7 @@ class TableService(RuntimeService):
         data_rel = store.data_rel(entry)
         problem = find_problem(store.storage, data_rel, manifest, full=False)
         if problem is None:
-            return self._hadoop_url(data_rel)
+            return self._read_url(record, data_rel)
         log.warning("cached table %s (%s): %s; recomputing it from its original plan",
                     entry.key, record.description, problem)
         record.entry = record.manifest = None
@@ -287,6 +287,12 @@ class TableService(RuntimeService):
 
         return hadoop_url(self._require_store().storage.url_of(data_rel), "cached tables",
                           CacheError)
+
+    def _read_url(self, record: CatalogRecord, data_rel: str) -> str:
+        from spark_steward.spark.table_replicas import read_url
+
+        return read_url(self._require_runtime(), record.source.sparkSession,
+                        self._require_store().storage, data_rel)
 
     def _materialize(self, record: CatalogRecord) -> str | None:
         runtime = self._require_runtime()
@@ -327,7 +333,7 @@ class TableService(RuntimeService):
         log.info("materialized cached table %s (%s): %d rows, %d bytes in %d file(s)",
                  entry.key, record.description, manifest.rows, manifest.bytes,
                  len(manifest.files))
-        return self._hadoop_url(data_rel)
+        return self._read_url(record, data_rel)
 
     def _adopt(self, record: CatalogRecord, key: str) -> str | None:
         """Reuses the shared table ``key`` another application materialized, after verifying
@@ -348,7 +354,7 @@ class TableService(RuntimeService):
         record.entry, record.manifest = entry, manifest
         log.info("reusing shared cached table %s (%s), materialized by %s", key,
                  record.description, entry.app_id)
-        return self._hadoop_url(data_rel)
+        return self._read_url(record, data_rel)
 
     def _key_for(self, record: CatalogRecord) -> str:
         runtime = self._require_runtime()

@@ -1,0 +1,493 @@
+package io.sparksteward.shim;
+
+import com.fasterxml.jackson.core.json.JsonWriteFeature;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.json.JsonMapper;
+import java.io.FileNotFoundException;
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.URI;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.channels.FileLock;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.StandardCopyOption;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.BasicFileAttributes;
+import java.nio.file.attribute.FileTime;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.zip.CRC32C;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.permission.FsPermission;
+import org.apache.hadoop.util.Progressable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A read-only view of the storage dir that keeps a verified host-local replica of every file an
+ * executor opens: cached tables on remote storage are read from the remote store once per host.
+ *
+ * <p>URI {@code stewardrep://<app id>/<path under the storage dir>}; the Hadoop conf carries
+ * {@code spark.steward.replica.<app id>.target} (the storage dir's Hadoop URL),
+ * {@code .workdir} (the application's host-local working dir) and {@code .max-bytes}.
+ *
+ * <p>A replica is the working-dir entry {@code table-replicas/<path>} and follows the Python
+ * layer's protocol ({@code spark_steward.local.working_dir}): announcement record, temp file
+ * (synced), rename (directory synced), complete record (checksummed JSON, synced and renamed). Its
+ * crc32c is checked at its first use in each JVM and again when the file changed. Writers on one
+ * host are serialized by a lock on the entry's {@code .write} file. Anything that fails falls
+ * back to reading the remote file: a replica is never needed for a correct read.
+ */
+public final class ReplicaFileSystem extends FileSystem {
+  public static final String SCHEME = "stewardrep";
+  public static final String CONF_PREFIX = "spark.steward.replica.";
+  static final String FOLDER = "table-replicas";
+  private static final Logger LOG = LoggerFactory.getLogger(ReplicaFileSystem.class);
+  private static final ObjectMapper JSON =
+      JsonMapper.builder().enable(JsonWriteFeature.ESCAPE_NON_ASCII).build();
+  /** Local file -> identity (file key, mtime, size) of the copy whose crc32c was checked. */
+  private static final Map<String, String> VERIFIED = new ConcurrentHashMap<>();
+  /** One monitor per entry: a JVM cannot hold two FileLocks on one file (task threads). */
+  private static final Map<String, Object> WRITERS = new ConcurrentHashMap<>();
+
+  private URI uri;
+  private String appId;
+  private Path target;
+  private FileSystem remote;
+  private FileSystem local;
+  private java.nio.file.Path workDir;
+  private long maxBytes;
+  private Path workingDirectory;
+
+  @Override
+  public void initialize(URI name, Configuration conf) throws IOException {
+    super.initialize(name, conf);
+    appId = name.getAuthority();
+    String targetUrl = conf.get(CONF_PREFIX + appId + ".target");
+    String work = conf.get(CONF_PREFIX + appId + ".workdir");
+    if (targetUrl == null || work == null) {
+      throw new IOException("spark-steward: " + name + " cannot be read: " + CONF_PREFIX + appId
+          + ".target and .workdir are not in the Hadoop conf");
+    }
+    target = new Path(targetUrl);
+    remote = target.getFileSystem(conf);
+    local = FileSystem.getLocal(conf).getRawFileSystem();
+    workDir = java.nio.file.Paths.get(work);
+    maxBytes = conf.getLong(CONF_PREFIX + appId + ".max-bytes", 0L);
+    uri = URI.create(SCHEME + "://" + appId + "/");
+    workingDirectory = new Path(uri);
+    setConf(conf);
+  }
+
+  @Override
+  public String getScheme() {
+    return SCHEME;
+  }
+
+  @Override
+  public URI getUri() {
+    return uri;
+  }
+
+  // -- paths ------------------------------------------------------------------------------------
+
+  private String rel(Path path) {
+    String p = makeQualified(path).toUri().getPath();
+    while (p.startsWith("/")) {
+      p = p.substring(1);
+    }
+    return p;
+  }
+
+  private Path toRemote(Path path) {
+    String r = rel(path);
+    return r.isEmpty() ? target : new Path(target, r);
+  }
+
+  private Path fromRemote(Path remotePath) {
+    String base = target.toUri().getPath();
+    String p = remotePath.toUri().getPath();
+    String r = p.startsWith(base) ? p.substring(base.length()) : p;
+    while (r.startsWith("/")) {
+      r = r.substring(1);
+    }
+    return new Path(SCHEME, appId, "/" + r);
+  }
+
+  private FileStatus mapped(FileStatus s) {
+    return new FileStatus(s.getLen(), s.isDirectory(), s.getReplication(), s.getBlockSize(),
+        s.getModificationTime(), fromRemote(s.getPath()));
+  }
+
+  @Override
+  public FileStatus getFileStatus(Path f) throws IOException {
+    return mapped(remote.getFileStatus(toRemote(f)));
+  }
+
+  @Override
+  public FileStatus[] listStatus(Path f) throws IOException {
+    FileStatus[] found = remote.listStatus(toRemote(f));
+    FileStatus[] out = new FileStatus[found.length];
+    for (int i = 0; i < found.length; i++) {
+      out[i] = mapped(found[i]);
+    }
+    return out;
+  }
+
+  @Override
+  public void setWorkingDirectory(Path dir) {
+    workingDirectory = dir;
+  }
+
+  @Override
+  public Path getWorkingDirectory() {
+    return workingDirectory;
+  }
+
+  // -- reads ------------------------------------------------------------------------------------
+
+  @Override
+  public FSDataInputStream open(Path f, int bufferSize) throws IOException {
+    Path remotePath = toRemote(f);
+    String entry = FOLDER + "/" + rel(f);
+    try {
+      java.nio.file.Path replica = replica(entry, remotePath);
+      if (replica != null) {
+        return local.open(new Path(replica.toUri()), bufferSize);
+      }
+    } catch (IOException | RuntimeException e) {
+      LOG.warn("spark-steward: no host-local replica of {} ({}); reading it remotely",
+          remotePath, e.toString());
+    }
+    return remote.open(remotePath, bufferSize);
+  }
+
+  /** The verified replica of {@code entry}, made now when missing; null when it does not fit. */
+  private java.nio.file.Path replica(String entry, Path remotePath) throws IOException {
+    java.nio.file.Path file = workDir.resolve(entry);
+    JsonNode record = readRecord(entry, "rec");
+    if (record != null && usable(record, entry, file)) {
+      stampUse(file);
+      return file;
+    }
+    Files.createDirectories(file.getParent());
+    synchronized (WRITERS.computeIfAbsent(file.toString(), k -> new Object())) {
+      return replicate(entry, remotePath, file);
+    }
+  }
+
+  private java.nio.file.Path replicate(String entry, Path remotePath, java.nio.file.Path file)
+      throws IOException {
+    JsonNode record;
+    try (FileChannel lockFile = FileChannel.open(sidecar(file, "write"),
+            StandardOpenOption.CREATE, StandardOpenOption.WRITE);
+         FileLock writer = lockFile.lock()) {
+      assert writer.isValid();
+      record = readRecord(entry, "rec");
+      if (record != null && usable(record, entry, file)) {
+        stampUse(file);
+        return file;
+      }
+      if (record != null) {  // failed verification: the record goes first, then the file
+        Files.deleteIfExists(recordPath(entry, "rec"));
+        fsyncDir(recordPath(entry, "rec").getParent());
+        Files.deleteIfExists(file);
+        LOG.warn("spark-steward: host-local replica {} failed verification; fetched again", file);
+      }
+      removeTemps(file);
+      long size = remote.getFileStatus(remotePath).getLen();
+      if (maxBytes > 0 && usage() + size > maxBytes) {
+        LOG.info("spark-steward: no room for a {}-byte replica of {} under "
+            + "spark.steward.local.max-bytes={}; reading it remotely", size, remotePath, maxBytes);
+        return null;
+      }
+      writeRecord(entry, "writing", body(entry, size, 0L, "writing"));
+      java.nio.file.Path tmp = file.resolveSibling(
+          "." + file.getFileName() + ".tmp-" + UUID.randomUUID().toString().substring(0, 12));
+      long crc;
+      try {
+        crc = copy(remotePath, tmp, size);
+        Files.move(tmp, file, StandardCopyOption.ATOMIC_MOVE,
+            StandardCopyOption.REPLACE_EXISTING);
+        fsyncDir(file.getParent());
+        writeRecord(entry, "rec", body(entry, size, crc, "complete"));
+      } finally {
+        Files.deleteIfExists(tmp);
+        Files.deleteIfExists(recordPath(entry, "writing"));
+      }
+      VERIFIED.put(file.toString(), identity(file));
+      stampUse(file);
+      return file;
+    }
+  }
+
+  private long copy(Path remotePath, java.nio.file.Path tmp, long size) throws IOException {
+    CRC32C crc = new CRC32C();
+    long copied = 0;
+    byte[] buf = new byte[1 << 20];
+    try (InputStream in = remote.open(remotePath);
+         FileChannel out = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW,
+             StandardOpenOption.WRITE)) {
+      int n;
+      while ((n = in.read(buf)) > 0) {
+        crc.update(buf, 0, n);
+        ByteBuffer bb = ByteBuffer.wrap(buf, 0, n);
+        while (bb.hasRemaining()) {
+          out.write(bb);
+        }
+        copied += n;
+      }
+      out.force(true);
+    }
+    if (copied != size) {
+      throw new IOException("copied " + copied + " bytes of " + remotePath + ", expected " + size);
+    }
+    return crc.getValue();
+  }
+
+  private boolean usable(JsonNode record, String entry, java.nio.file.Path file) {
+    if (!"complete".equals(record.path("state").asText())
+        || !entry.equals(record.path("file").asText())) {
+      return false;
+    }
+    String identity;
+    try {
+      identity = identity(file);
+    } catch (IOException e) {
+      return false;
+    }
+    if (identity.equals(VERIFIED.get(file.toString()))) {
+      return true;
+    }
+    long[] actual;
+    try {
+      actual = crcOf(file);
+    } catch (IOException e) {
+      return false;
+    }
+    if (actual[0] != record.path("crc32c").asLong(-1) || actual[1] != record.path("size").asLong(-1)) {
+      return false;
+    }
+    VERIFIED.put(file.toString(), identity);
+    return true;
+  }
+
+  private static long[] crcOf(java.nio.file.Path file) throws IOException {
+    CRC32C crc = new CRC32C();
+    long size = 0;
+    ByteBuffer buf = ByteBuffer.allocateDirect(1 << 20);
+    try (FileChannel in = FileChannel.open(file, StandardOpenOption.READ)) {
+      while (in.read(buf) > 0) {
+        buf.flip();
+        size += buf.remaining();
+        crc.update(buf);
+        buf.clear();
+      }
+    }
+    return new long[] {crc.getValue(), size};
+  }
+
+  private static String identity(java.nio.file.Path file) throws IOException {
+    BasicFileAttributes a = Files.readAttributes(file, BasicFileAttributes.class);
+    return a.fileKey() + "/" + a.lastModifiedTime().toMillis() + "/" + a.size();
+  }
+
+  private static java.nio.file.Path sidecar(java.nio.file.Path file, String kind) {
+    return file.resolveSibling("." + file.getFileName() + "." + kind);
+  }
+
+  private static void stampUse(java.nio.file.Path file) {
+    java.nio.file.Path use = sidecar(file, "use");
+    try {
+      if (!Files.exists(use)) {
+        Files.createFile(use);
+      }
+      Files.setLastModifiedTime(use, FileTime.fromMillis(System.currentTimeMillis()));
+    } catch (IOException e) {
+      // only the LRU order suffers
+    }
+  }
+
+  private static void removeTemps(java.nio.file.Path file) throws IOException {
+    String prefix = "." + file.getFileName() + ".tmp-";
+    try (DirectoryStream<java.nio.file.Path> names =
+             Files.newDirectoryStream(file.getParent(), prefix + "*")) {
+      for (java.nio.file.Path temp : names) {
+        Files.deleteIfExists(temp);
+      }
+    }
+  }
+
+  private long usage() throws IOException {
+    long total = 0;
+    java.nio.file.Path manifest = workDir.resolve("manifest");
+    if (!Files.isDirectory(manifest)) {
+      return 0;
+    }
+    try (DirectoryStream<java.nio.file.Path> names = Files.newDirectoryStream(manifest, "*.rec")) {
+      for (java.nio.file.Path name : names) {
+        try {
+          total += JSON.readTree(Files.readAllBytes(name)).path("body").path("size").asLong(0);
+        } catch (IOException e) {
+          // unreadable records do not count; the Python layer removes them
+        }
+      }
+    }
+    return total;
+  }
+
+  // -- manifest records (the format of spark_steward.records and local.working_dir) ------------
+
+  private Map<String, Object> body(String entry, long size, long crc, String state) {
+    Map<String, Object> body = new TreeMap<>();
+    body.put("app_id", appId);
+    body.put("capability", "tables");
+    body.put("crc32c", crc);
+    body.put("entry", entry);
+    body.put("file", entry);
+    body.put("form", "file");
+    body.put("scope", FOLDER);
+    body.put("size", size);
+    body.put("state", state);
+    body.put("written_at", System.currentTimeMillis() / 1000L);
+    return body;
+  }
+
+  /** Python's {@code urllib.parse.quote(entry, safe='')}: the record's file name. */
+  static String quote(String entry) {
+    StringBuilder out = new StringBuilder();
+    for (byte b : entry.getBytes(StandardCharsets.UTF_8)) {
+      int c = b & 0xff;
+      if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+          || c == '_' || c == '.' || c == '-' || c == '~') {
+        out.append((char) c);
+      } else {
+        out.append('%').append(String.format("%02X", c));
+      }
+    }
+    return out.toString();
+  }
+
+  private java.nio.file.Path recordPath(String entry, String suffix) {
+    return workDir.resolve("manifest").resolve(quote(entry) + "." + suffix);
+  }
+
+  /** Canonical JSON (sorted keys, no spaces, ASCII), as Python's records module computes it. */
+  private static String canonical(Map<String, Object> body) throws IOException {
+    StringBuilder out = new StringBuilder("{");
+    boolean first = true;
+    for (Map.Entry<String, Object> e : body.entrySet()) {
+      if (!first) {
+        out.append(',');
+      }
+      first = false;
+      out.append(JSON.writeValueAsString(e.getKey())).append(':')
+          .append(JSON.writeValueAsString(e.getValue()));
+    }
+    return out.append('}').toString();
+  }
+
+  private void writeRecord(String entry, String suffix, Map<String, Object> body)
+      throws IOException {
+    String canonicalBody = canonical(body);
+    CRC32C crc = new CRC32C();
+    crc.update(canonicalBody.getBytes(StandardCharsets.UTF_8));
+    String envelope = "{\"body\":" + canonicalBody + ",\"crc32c\":\""
+        + String.format("%08x", crc.getValue()) + "\",\"format\":1}\n";
+    java.nio.file.Path path = recordPath(entry, suffix);
+    Files.createDirectories(path.getParent());
+    java.nio.file.Path tmp = path.resolveSibling(
+        "." + path.getFileName() + ".tmp-" + UUID.randomUUID().toString().substring(0, 12));
+    try {
+      try (FileChannel out = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW,
+          StandardOpenOption.WRITE)) {
+        ByteBuffer bb = ByteBuffer.wrap(envelope.getBytes(StandardCharsets.UTF_8));
+        while (bb.hasRemaining()) {
+          out.write(bb);
+        }
+        out.force(true);
+      }
+      Files.move(tmp, path, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+    } finally {
+      Files.deleteIfExists(tmp);
+    }
+    fsyncDir(path.getParent());
+  }
+
+  private JsonNode readRecord(String entry, String suffix) {
+    java.nio.file.Path path = recordPath(entry, suffix);
+    try {
+      JsonNode envelope = JSON.readTree(Files.readAllBytes(path));
+      JsonNode body = envelope.path("body");
+      Map<String, Object> fields = new TreeMap<>();
+      for (Map.Entry<String, JsonNode> e : body.properties()) {
+        fields.put(e.getKey(), e.getValue().isNumber() ? (Object) e.getValue().numberValue()
+            : (Object) e.getValue().asText());
+      }
+      CRC32C crc = new CRC32C();
+      crc.update(canonical(fields).getBytes(StandardCharsets.UTF_8));
+      if (!String.format("%08x", crc.getValue()).equals(envelope.path("crc32c").asText())) {
+        LOG.warn("spark-steward: manifest record {} fails verification; ignored", path);
+        return null;
+      }
+      return body;
+    } catch (NoSuchFileException | FileNotFoundException e) {
+      return null;
+    } catch (IOException | RuntimeException e) {
+      LOG.warn("spark-steward: manifest record {} is unreadable ({}); ignored", path, e.toString());
+      return null;
+    }
+  }
+
+  private static void fsyncDir(java.nio.file.Path dir) throws IOException {
+    try (FileChannel ch = FileChannel.open(dir, StandardOpenOption.READ)) {
+      ch.force(true);
+    }
+  }
+
+  // -- a read-only view ---------------------------------------------------------------------------
+
+  private IOException readOnly(Path f) {
+    return new IOException("spark-steward: " + f + " is a read-only replica view of the storage dir");
+  }
+
+  @Override
+  public FSDataOutputStream create(Path f, FsPermission permission, boolean overwrite,
+      int bufferSize, short replication, long blockSize, Progressable progress)
+      throws IOException {
+    throw readOnly(f);
+  }
+
+  @Override
+  public FSDataOutputStream append(Path f, int bufferSize, Progressable progress)
+      throws IOException {
+    throw readOnly(f);
+  }
+
+  @Override
+  public boolean rename(Path src, Path dst) throws IOException {
+    throw readOnly(src);
+  }
+
+  @Override
+  public boolean delete(Path f, boolean recursive) throws IOException {
+    throw readOnly(f);
+  }
+
+  @Override
+  public boolean mkdirs(Path f, FsPermission permission) throws IOException {
+    throw readOnly(f);
+  }
+}
