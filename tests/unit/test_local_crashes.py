@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 
-from spark_steward.local.state import LocalState
+from spark_steward.local.stores import LocalState
 from spark_steward.local.working_dir import WorkingDir
 from tests.unit.crash_fs import CrashFs, PowerCut
 

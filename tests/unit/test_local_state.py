@@ -16,7 +16,7 @@ from spark_steward.blob.cache import BlobCache, BlobSources
 from spark_steward.blob.keys import BlobRef
 from spark_steward.errors import LocalSpaceFull, LocalStateError
 from spark_steward.lifecycle.local_files import Occupancy, SpaceExhausted, choose_evictions
-from spark_steward.local.state import LocalState
+from spark_steward.local.stores import LocalState
 from spark_steward.local.working_dir import WorkingDir
 from tests.unit.test_blob_stores import DATA, ref_of
 
@@ -232,3 +232,13 @@ def test_a_blob_cached_by_an_earlier_process_is_adopted_without_transfer(tmp_pat
     path.write_bytes(bytes(raw))
     third = BlobCache(WorkingDir(tmp_path, "app-1"), BlobSources(fetch_from_server=server))
     assert third.get(ref, 3).read_bytes() == DATA and calls == [1, 1]
+
+
+def test_the_task_api_stays_a_function_once_its_modules_are_loaded() -> None:
+    import spark_steward.local
+    import spark_steward.local.stores  # noqa: F401
+    import spark_steward.spark.local_executor  # noqa: F401
+    from spark_steward.errors import NotInTask
+
+    with pytest.raises(NotInTask, match="not active in this task"):
+        spark_steward.local.state("models")

@@ -2,7 +2,7 @@
 key-value stores for tasks.
 
 ``spark_steward.local.state(name)`` inside a task returns the application's store ``name`` on
-that host (:class:`~spark_steward.local.state.LocalState`).
+that host (:class:`~spark_steward.local.stores.LocalState`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from spark_steward.local.state import LocalState
+    from spark_steward.local.stores import LocalState
 
 
 def state(name: str) -> "LocalState":

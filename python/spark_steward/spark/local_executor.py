@@ -12,7 +12,7 @@ from spark_steward.applications import ApplicationRegistry, sweep_local_folders
 from spark_steward.config import HEARTBEAT_TIMEOUT, LOCAL_MAX_BYTES
 from spark_steward.errors import StewardError
 from spark_steward.local.fs import FileLock
-from spark_steward.local.state import LocalState
+from spark_steward.local.stores import LocalState
 from spark_steward.local.working_dir import WorkingDir
 from spark_steward.spark.executor import ExecutorRuntime, executor_runtime
 
@@ -72,7 +72,7 @@ def executor_working_dir() -> ExecutorWorkingDir:
 
 
 def local_state(name: str) -> LocalState:
-    """``spark_steward.local.state(name)``: see :class:`~spark_steward.local.state.LocalState`."""
+    """``spark_steward.local.state(name)``: see :class:`~spark_steward.local.stores.LocalState`."""
     from pyspark import TaskContext
 
     work = executor_working_dir()
