@@ -15,11 +15,13 @@ import socket
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from spark_steward.errors import RecordCorrupt, StewardError
 from spark_steward.lifecycle.liveness import DriverIdentity, Liveness, classify
-from spark_steward.storage import Storage
+
+if TYPE_CHECKING:  # fsspec costs an executor's new worker ~40 ms to import
+    from spark_steward.storage import Storage
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,15 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import TYPE_CHECKING, BinaryIO, Callable
 
 import crc32c as _crc32c
 
 from spark_steward.blob.keys import BlobKey, blob_relpath, validate_scope_id
 from spark_steward.errors import ChecksumMismatch
-from spark_steward.storage import Storage
+
+if TYPE_CHECKING:  # fsspec costs an executor's new worker ~40 ms to import
+    from spark_steward.storage import Storage
 
 log = logging.getLogger(__name__)
 
