@@ -234,11 +234,15 @@ def test_a_blob_cached_by_an_earlier_process_is_adopted_without_transfer(tmp_pat
     assert third.get(ref, 3).read_bytes() == DATA and calls == [1, 1]
 
 
-def test_the_task_api_stays_a_function_once_its_modules_are_loaded() -> None:
+def test_the_task_api_stays_a_function_once_its_modules_are_loaded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import spark_steward.local
     import spark_steward.local.stores  # noqa: F401
     import spark_steward.spark.local_executor  # noqa: F401
     from spark_steward.errors import NotInTask
+    from spark_steward.spark import executor
+
+    monkeypatch.setattr(executor, "_state", executor._ProcessState())  # no context installed
 
     with pytest.raises(NotInTask, match="not active in this task"):
         spark_steward.local.state("models")
