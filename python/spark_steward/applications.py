@@ -30,6 +30,11 @@ OWNED_DIR = "apps"
 _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 
+def looks_like_app_id(name: str) -> bool:
+    """Whether ``name`` (a folder name, say) could be an application id of ours."""
+    return _APP_ID.fullmatch(name) is not None
+
+
 def validate_app_id(app_id: str) -> str:
     """Application ids become path segments: reject anything that could escape them."""
     if not isinstance(app_id, str) or not _APP_ID.fullmatch(app_id):

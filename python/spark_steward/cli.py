@@ -441,10 +441,19 @@ def _collect_caches(registry: "ApplicationRegistry", args: argparse.Namespace,
                            progress=progress, shared_retention=retention)
 
 
+def _collect_local(registry: "ApplicationRegistry", args: argparse.Namespace,
+                   progress: "Progress | None") -> "GcReport":
+    from spark_steward.local.inventory import collect_garbage
+
+    return collect_garbage(args.local_dir, registry, dry_run=args.dry_run, progress=progress)
+
+
 #: What ``gc`` collects, in order.
 GC_COLLECTORS: list[Collector] = [Collector("blobs", _collect_blobs),
                                   Collector("checkpoints", _collect_checkpoints, "item"),
                                   Collector("caches", _collect_caches, "item")]
+#: Collected too when ``--local-dir`` names this host's working dir.
+LOCAL_COLLECTOR = Collector("local", _collect_local)
 
 
 def _gc_json(name: str, report: "GcReport", noun: str) -> dict[str, Any]:
@@ -474,14 +483,15 @@ def _print_gc_summary(name: str, report: "GcReport", noun: str) -> None:
 def cmd_gc(args: argparse.Namespace) -> int:
     registry = open_registry(args)
     reports: list[tuple[str, GcReport]] = []
-    for collector in GC_COLLECTORS:
+    collectors = GC_COLLECTORS + ([LOCAL_COLLECTOR] if args.local_dir else [])
+    for collector in collectors:
         bar = ProgressBar(sys.stderr)
         try:
             reports.append((collector.name, collector.run(registry, args, bar)))
         finally:
             bar.close()
     ok = all(report.ok for _, report in reports)
-    nouns = {c.name: c.noun for c in GC_COLLECTORS}
+    nouns = {c.name: c.noun for c in collectors}
     if args.json:
         print(json.dumps({"storage": registry.storage.url, "dry_run": args.dry_run, "ok": ok,
                           "collectors": [_gc_json(n, r, nouns.get(n, "item"))
@@ -569,6 +579,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="checkpoint and cached-table data no entry owns is deleted once "
                          "this old (default: spark.steward.checkpoints.orphan-grace and "
                          "spark.steward.cache.orphan-grace, 1h)")
+    gc.add_argument("--local-dir", metavar="PATH",
+                    help="also remove the folders of dead applications in this host's "
+                         "working dir (spark.steward.local.dir)")
     gc.add_argument("--shared-retention", metavar="DURATION",
                     help="shared cached tables no application uses are deleted once released "
                          "this long ago (default: spark.steward.cache.shared-retention, 1h)")
