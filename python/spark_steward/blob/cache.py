@@ -292,6 +292,7 @@ class BlobCache:
         try:
             with self.work.writing(name):
                 self.work.remove(name)
+                discard(self.work.write_lock_path(name))  # waiters re-open it (inode check)
             discard(use)
         finally:
             lock.release()

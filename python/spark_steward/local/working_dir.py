@@ -90,6 +90,9 @@ class WorkingDir:
     def use_lock_path(self, entry: str) -> Path:
         return self._sidecar(entry, "use")
 
+    def write_lock_path(self, entry: str) -> Path:
+        return self._sidecar(entry, "write")
+
     # -- locks -------------------------------------------------------------------------------
 
     @contextmanager
