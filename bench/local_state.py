@@ -41,22 +41,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import blobs
+from blobs import TASKS, read_all
 from checkpoints import Timer
+from pyspark import cloudpickle
 from steward_session import steward_session
 
-TASKS = 8
-BUF = 4 << 20
+cloudpickle.register_pickle_by_value(blobs)  # tasks call read_all; executors cannot import it
+
 VARIANTS = ("floor", "recovery", "fresh", "addFile")
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def read_all(path: str) -> int:
-    buf = bytearray(BUF)
-    total = 0
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            total += n
-    return total
 
 
 def executor_jvms(app_id: str) -> list[int]:

@@ -15,7 +15,6 @@ import pytest
 from spark_steward.blob.cache import BlobCache, BlobSources
 from spark_steward.blob.keys import BlobRef
 from spark_steward.errors import LocalSpaceFull, LocalStateError
-from spark_steward.lifecycle.local_files import Occupancy, SpaceExhausted, choose_evictions
 from spark_steward.local.stores import LocalState
 from spark_steward.local.working_dir import WorkingDir
 from tests.unit.test_blob_stores import DATA, ref_of
@@ -23,22 +22,6 @@ from tests.unit.test_blob_stores import DATA, ref_of
 
 def _state(root: Path, name: str = "models", max_bytes: int = 0) -> LocalState:
     return LocalState(WorkingDir(root, "app-1", max_bytes=max_bytes), name)
-
-
-# -- pure eviction choice -------------------------------------------------------------------------
-
-
-def test_evictions_take_the_least_recently_used_unused_entries() -> None:
-    entries = [Occupancy("a", 40, last_used=3, in_use=False),
-               Occupancy("b", 40, last_used=1, in_use=True),
-               Occupancy("c", 40, last_used=2, in_use=False)]
-    assert choose_evictions(entries, incoming=30, reserved=0, bound=150) == []
-    assert choose_evictions(entries, incoming=50, reserved=0, bound=150) == ["c"]
-    assert choose_evictions(entries, incoming=90, reserved=0, bound=150) == ["c", "a"]
-    assert choose_evictions(entries, incoming=90, reserved=0, bound=0) == [], "0 is unbounded"
-    with pytest.raises(SpaceExhausted) as full:
-        choose_evictions(entries, incoming=90, reserved=40, bound=150)
-    assert (full.value.evictable, full.value.used) == (80, 160)
 
 
 # -- the API --------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What the working directory of one application on one host holds, and what to do about it.
 
-Pure: the records of the manifest, the recovery decision (which files are adopted, which are
-left-overs of a killed writer) and the eviction choice under a byte bound. The IO around it is
+Pure: the records of the manifest and the recovery decision (which files are adopted, which are
+left-overs of a killed writer). Eviction under the byte bound uses the cached tables' LRU choice
+(:func:`spark_steward.lifecycle.table_cache.choose_evictions`). The IO around it is
 :mod:`spark_steward.local.working_dir`.
 
 An entry is one logical value (a cached blob, a local-state value). Its record in the manifest
@@ -55,53 +56,9 @@ class LocalFileRecord:
                    form=str(body.get("form", "file")))
 
 
-@dataclass(frozen=True)
-class Occupancy:
-    """One complete entry as eviction sees it."""
-
-    entry: str
-    size: int
-    last_used: float
-    in_use: bool
-
-
 def left_over_files(files: Iterable[str], complete: Iterable[LocalFileRecord]) -> list[str]:
     """Data files (paths under the working dir) no complete record names: written by a writer
     that died before its record, or replaced by a newer version whose writer died before it
     removed the old one. Temp files are always left-overs."""
     named = {record.file for record in complete}
     return sorted(f for f in files if f not in named)
-
-
-class SpaceExhausted(Exception):
-    """Raised by :func:`choose_evictions` when evicting every unused entry is not enough."""
-
-    def __init__(self, needed: int, evictable: int, used: int, bound: int) -> None:
-        super().__init__(needed, evictable, used, bound)
-        self.needed, self.evictable, self.used, self.bound = needed, evictable, used, bound
-
-
-def choose_evictions(entries: Iterable[Occupancy], *, incoming: int, reserved: int,
-                     bound: int) -> list[str]:
-    """The least recently used unused entries to remove so ``incoming`` more bytes fit.
-
-    ``reserved`` counts bytes other writers announced and have not finished. ``bound`` <= 0
-    means unbounded. Raises :class:`SpaceExhausted` when even evicting every unused entry
-    leaves too little room; then nothing should be evicted.
-    """
-    if bound <= 0:
-        return []
-    entries = list(entries)
-    used = sum(e.size for e in entries) + reserved
-    excess = used + incoming - bound
-    if excess <= 0:
-        return []
-    victims: list[str] = []
-    freed = 0
-    for entry in sorted((e for e in entries if not e.in_use),
-                        key=lambda e: (e.last_used, e.entry)):
-        victims.append(entry.entry)
-        freed += entry.size
-        if freed >= excess:
-            return victims
-    raise SpaceExhausted(incoming, freed, used, bound)

@@ -153,7 +153,8 @@ def to_stamp_released(entries: Iterable[TableEntry], users: Mapping[str, set[str
 
 @dataclass(frozen=True)
 class CacheUsage:
-    """What eviction needs to know of one materialized table."""
+    """What eviction needs to know of one cached item: a materialized table, or a host-local
+    file of the working dir."""
 
     key: str
     bytes: int
@@ -166,7 +167,8 @@ def choose_evictions(candidates: Iterable[CacheUsage], used_bytes: int, incoming
     """Keys to evict, least recently used first, so ``incoming_bytes`` fit under ``max_bytes``.
 
     ``[]`` when it already fits (or ``max_bytes <= 0``: unbounded); None when even evicting
-    every table not in use cannot make room: the caller then uses the new table uncached.
+    every item not in use cannot make room: the caller then uses the new table uncached (or
+    fails the host-local put).
 
     >>> choose_evictions([CacheUsage("a", 5, 1.0, False), CacheUsage("b", 5, 2.0, False)],
     ...                  used_bytes=10, incoming_bytes=4, max_bytes=10)

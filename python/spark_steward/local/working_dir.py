@@ -35,9 +35,8 @@ from urllib.parse import quote, unquote
 
 from spark_steward.errors import (ChecksumMismatch, LocalSpaceFull, LocalStateError,
                                    RecordCorrupt)
-from spark_steward.lifecycle.local_files import (FileState, LocalFileRecord, Occupancy,
-                                                 SpaceExhausted, choose_evictions,
-                                                 left_over_files)
+from spark_steward.lifecycle.local_files import FileState, LocalFileRecord, left_over_files
+from spark_steward.lifecycle.table_cache import CacheUsage, choose_evictions
 from spark_steward.local.fs import OS_FS, FileLock, LocalFs
 from spark_steward.records import decode_record, encode_record
 
@@ -333,18 +332,18 @@ class WorkingDir:
                     in_use = lock is None
                 if lock is not None:
                     held[record.entry] = lock
-                occupancy.append(Occupancy(record.entry, record.size,
-                                           used if used is not None else record.written_at,
-                                           in_use))
-            try:
-                victims = choose_evictions(occupancy, incoming=incoming, reserved=reserved,
-                                           bound=self.max_bytes)
-            except SpaceExhausted as full:
+                occupancy.append(CacheUsage(record.entry, record.size,
+                                            used if used is not None else record.written_at,
+                                            in_use))
+            used_bytes = sum(u.bytes for u in occupancy) + reserved
+            victims = choose_evictions(occupancy, used_bytes, incoming, self.max_bytes)
+            if victims is None:
+                evictable = sum(u.bytes for u in occupancy if not u.in_use)
                 raise LocalSpaceFull(
                     f"no room for {_size_text(incoming)} in {self.root} "
                     f"(spark.steward.local.max-bytes={self.max_bytes}): "
-                    f"{_size_text(full.used)} used or announced, only "
-                    f"{_size_text(full.evictable)} of it by entries no task uses") from None
+                    f"{_size_text(used_bytes)} used or announced, only "
+                    f"{_size_text(evictable)} of it by entries no task uses")
             for entry in victims:
                 self.remove(entry)
                 self.fs.unlink(self.use_lock_path(entry))
