@@ -10,10 +10,9 @@ are torn (half of what was written), unsynced names revert unless ``keep_unsynce
 
 from __future__ import annotations
 
-import io
 import itertools
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Iterable
+from typing import Iterable
 
 import crc32c
 
@@ -130,9 +129,6 @@ class CrashFs:
     def read_bytes(self, path: Path) -> bytes:
         return self.contents[self._inode(path)]
 
-    def open_read(self, path: Path) -> BinaryIO:
-        return io.BytesIO(self.read_bytes(path))
-
     def crc_of(self, path: Path) -> tuple[int, int]:
         data = self.read_bytes(path)
         return crc32c.crc32c(data), len(data)
@@ -154,10 +150,6 @@ class CrashFs:
 
     def makedirs(self, path: Path) -> None:
         pass  # folders are implicit (and durable)
-
-    def remove_tree(self, path: Path) -> None:
-        for name in self.walk_files(path):
-            self.unlink(name)
 
     def touch(self, path: Path) -> float:
         stamp = float(next(self._clock))

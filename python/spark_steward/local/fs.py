@@ -11,9 +11,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import shutil
 from pathlib import Path
-from typing import BinaryIO, Iterable, Protocol
+from typing import Iterable, Protocol
 
 import crc32c as _crc32c
 
@@ -43,8 +42,6 @@ class LocalFs(Protocol):
 
     def read_bytes(self, path: Path) -> bytes: ...
 
-    def open_read(self, path: Path) -> BinaryIO: ...
-
     def crc_of(self, path: Path) -> tuple[int, int]:
         """``(crc32c, size)`` of ``path``; FileNotFoundError when it is not there."""
 
@@ -58,8 +55,6 @@ class LocalFs(Protocol):
         """Every file below ``path``."""
 
     def makedirs(self, path: Path) -> None: ...
-
-    def remove_tree(self, path: Path) -> None: ...
 
     def touch(self, path: Path) -> float:
         """Creates or stamps ``path`` with now (a use time for LRU); returns the stamp."""
@@ -133,9 +128,6 @@ class OsFs:
     def read_bytes(self, path: Path) -> bytes:
         return Path(path).read_bytes()
 
-    def open_read(self, path: Path) -> BinaryIO:
-        return open(path, "rb")
-
     def crc_of(self, path: Path) -> tuple[int, int]:
         return crc_of_file(path)
 
@@ -160,9 +152,6 @@ class OsFs:
 
     def makedirs(self, path: Path) -> None:
         os.makedirs(path, exist_ok=True)
-
-    def remove_tree(self, path: Path) -> None:
-        shutil.rmtree(path, ignore_errors=True)
 
     def touch(self, path: Path) -> float:
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)

@@ -72,7 +72,6 @@ class WorkingDir:
         self.clock = clock
         self._verified: dict[str, tuple[int, int, int]] = {}
         self._lock = threading.RLock()
-        self._recovered = False
 
     # -- names -------------------------------------------------------------------------------
 
@@ -409,7 +408,6 @@ class WorkingDir:
                             self.path_of(current.file)) is None:
                         self.remove(record.entry)
                         removed += 1
-        self._recovered = True
         if removed:
             log.info("recovered %s: removed %d left-over file(s)", self.root, removed)
         return removed
@@ -432,9 +430,6 @@ class WorkingDir:
         self.fs.makedirs(path)
         return path
 
-    def remove_all(self) -> None:
-        """The application ended: everything of it on this host goes."""
-        self.fs.remove_tree(self.root)
 
 
 def entry_name(key: str) -> str:
