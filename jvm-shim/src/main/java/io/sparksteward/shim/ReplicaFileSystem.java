@@ -1,26 +1,19 @@
 package io.sparksteward.shim;
 
-import com.fasterxml.jackson.core.json.JsonWriteFeature;
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.json.JsonMapper;
-import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.net.URI;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.channels.FileLock;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
-import java.nio.file.NoSuchFileException;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
 import java.nio.file.attribute.FileTime;
 import java.util.Map;
-import java.util.TreeMap;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.zip.CRC32C;
@@ -55,8 +48,6 @@ public final class ReplicaFileSystem extends FileSystem {
   public static final String CONF_PREFIX = "spark.steward.replica.";
   static final String FOLDER = "table-replicas";
   private static final Logger LOG = LoggerFactory.getLogger(ReplicaFileSystem.class);
-  private static final ObjectMapper JSON =
-      JsonMapper.builder().enable(JsonWriteFeature.ESCAPE_NON_ASCII).build();
   /** Local file -> identity (file key, mtime, size) of the copy whose crc32c was checked. */
   private static final Map<String, String> VERIFIED = new ConcurrentHashMap<>();
   /** One monitor per entry: a JVM cannot hold two FileLocks on one file (task threads). */
@@ -68,6 +59,7 @@ public final class ReplicaFileSystem extends FileSystem {
   private FileSystem remote;
   private FileSystem local;
   private java.nio.file.Path workDir;
+  private LocalManifest manifest;
   private long maxBytes;
   private Path workingDirectory;
 
@@ -85,6 +77,7 @@ public final class ReplicaFileSystem extends FileSystem {
     remote = target.getFileSystem(conf);
     local = FileSystem.getLocal(conf).getRawFileSystem();
     workDir = java.nio.file.Paths.get(work);
+    manifest = new LocalManifest(workDir, appId, "tables", FOLDER);
     maxBytes = conf.getLong(CONF_PREFIX + appId + ".max-bytes", 0L);
     uri = URI.create(SCHEME + "://" + appId + "/");
     workingDirectory = new Path(uri);
@@ -177,7 +170,7 @@ public final class ReplicaFileSystem extends FileSystem {
   /** The verified replica of {@code entry}, made now when missing; null when it does not fit. */
   private java.nio.file.Path replica(String entry, Path remotePath) throws IOException {
     java.nio.file.Path file = workDir.resolve(entry);
-    JsonNode record = readRecord(entry, "rec");
+    JsonNode record = manifest.read(entry, "rec");
     if (record != null && usable(record, entry, file)) {
       stampUse(file);
       return file;
@@ -195,25 +188,25 @@ public final class ReplicaFileSystem extends FileSystem {
             StandardOpenOption.CREATE, StandardOpenOption.WRITE);
          FileLock writer = lockFile.lock()) {
       assert writer.isValid();
-      record = readRecord(entry, "rec");
+      record = manifest.read(entry, "rec");
       if (record != null && usable(record, entry, file)) {
         stampUse(file);
         return file;
       }
       if (record != null) {  // failed verification: the record goes first, then the file
-        Files.deleteIfExists(recordPath(entry, "rec"));
-        fsyncDir(recordPath(entry, "rec").getParent());
+        Files.deleteIfExists(manifest.path(entry, "rec"));
+        LocalManifest.fsyncDir(manifest.path(entry, "rec").getParent());
         Files.deleteIfExists(file);
         LOG.warn("spark-steward: host-local replica {} failed verification; fetched again", file);
       }
       removeTemps(file);
       long size = remote.getFileStatus(remotePath).getLen();
-      if (maxBytes > 0 && usage() + size > maxBytes) {
+      if (maxBytes > 0 && manifest.usage() + size > maxBytes) {
         LOG.info("spark-steward: no room for a {}-byte replica of {} under "
             + "spark.steward.local.max-bytes={}; reading it remotely", size, remotePath, maxBytes);
         return null;
       }
-      writeRecord(entry, "writing", body(entry, size, 0L, "writing"));
+      manifest.write(entry, "writing", manifest.body(entry, size, 0L, "writing"));
       java.nio.file.Path tmp = file.resolveSibling(
           "." + file.getFileName() + ".tmp-" + UUID.randomUUID().toString().substring(0, 12));
       long crc;
@@ -221,11 +214,11 @@ public final class ReplicaFileSystem extends FileSystem {
         crc = copy(remotePath, tmp, size);
         Files.move(tmp, file, StandardCopyOption.ATOMIC_MOVE,
             StandardCopyOption.REPLACE_EXISTING);
-        fsyncDir(file.getParent());
-        writeRecord(entry, "rec", body(entry, size, crc, "complete"));
+        LocalManifest.fsyncDir(file.getParent());
+        manifest.write(entry, "rec", manifest.body(entry, size, crc, "complete"));
       } finally {
         Files.deleteIfExists(tmp);
-        Files.deleteIfExists(recordPath(entry, "writing"));
+        Files.deleteIfExists(manifest.path(entry, "writing"));
       }
       VERIFIED.put(file.toString(), identity(file));
       stampUse(file);
@@ -327,133 +320,6 @@ public final class ReplicaFileSystem extends FileSystem {
       for (java.nio.file.Path temp : names) {
         Files.deleteIfExists(temp);
       }
-    }
-  }
-
-  private long usage() throws IOException {
-    long total = 0;
-    java.nio.file.Path manifest = workDir.resolve("manifest");
-    if (!Files.isDirectory(manifest)) {
-      return 0;
-    }
-    try (DirectoryStream<java.nio.file.Path> names = Files.newDirectoryStream(manifest, "*.rec")) {
-      for (java.nio.file.Path name : names) {
-        try {
-          total += JSON.readTree(Files.readAllBytes(name)).path("body").path("size").asLong(0);
-        } catch (IOException e) {
-          // unreadable records do not count; the Python layer removes them
-        }
-      }
-    }
-    return total;
-  }
-
-  // -- manifest records (the format of spark_steward.records and local.working_dir) ------------
-
-  private Map<String, Object> body(String entry, long size, long crc, String state) {
-    Map<String, Object> body = new TreeMap<>();
-    body.put("app_id", appId);
-    body.put("capability", "tables");
-    body.put("crc32c", crc);
-    body.put("entry", entry);
-    body.put("file", entry);
-    body.put("form", "file");
-    body.put("scope", FOLDER);
-    body.put("size", size);
-    body.put("state", state);
-    body.put("written_at", System.currentTimeMillis() / 1000L);
-    return body;
-  }
-
-  /** Python's {@code urllib.parse.quote(entry, safe='')}: the record's file name. */
-  static String quote(String entry) {
-    StringBuilder out = new StringBuilder();
-    for (byte b : entry.getBytes(StandardCharsets.UTF_8)) {
-      int c = b & 0xff;
-      if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
-          || c == '_' || c == '.' || c == '-' || c == '~') {
-        out.append((char) c);
-      } else {
-        out.append('%').append(String.format("%02X", c));
-      }
-    }
-    return out.toString();
-  }
-
-  private java.nio.file.Path recordPath(String entry, String suffix) {
-    return workDir.resolve("manifest").resolve(quote(entry) + "." + suffix);
-  }
-
-  /** Canonical JSON (sorted keys, no spaces, ASCII), as Python's records module computes it. */
-  private static String canonical(Map<String, Object> body) throws IOException {
-    StringBuilder out = new StringBuilder("{");
-    boolean first = true;
-    for (Map.Entry<String, Object> e : body.entrySet()) {
-      if (!first) {
-        out.append(',');
-      }
-      first = false;
-      out.append(JSON.writeValueAsString(e.getKey())).append(':')
-          .append(JSON.writeValueAsString(e.getValue()));
-    }
-    return out.append('}').toString();
-  }
-
-  private void writeRecord(String entry, String suffix, Map<String, Object> body)
-      throws IOException {
-    String canonicalBody = canonical(body);
-    CRC32C crc = new CRC32C();
-    crc.update(canonicalBody.getBytes(StandardCharsets.UTF_8));
-    String envelope = "{\"body\":" + canonicalBody + ",\"crc32c\":\""
-        + String.format("%08x", crc.getValue()) + "\",\"format\":1}\n";
-    java.nio.file.Path path = recordPath(entry, suffix);
-    Files.createDirectories(path.getParent());
-    java.nio.file.Path tmp = path.resolveSibling(
-        "." + path.getFileName() + ".tmp-" + UUID.randomUUID().toString().substring(0, 12));
-    try {
-      try (FileChannel out = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW,
-          StandardOpenOption.WRITE)) {
-        ByteBuffer bb = ByteBuffer.wrap(envelope.getBytes(StandardCharsets.UTF_8));
-        while (bb.hasRemaining()) {
-          out.write(bb);
-        }
-        out.force(true);
-      }
-      Files.move(tmp, path, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
-    } finally {
-      Files.deleteIfExists(tmp);
-    }
-    fsyncDir(path.getParent());
-  }
-
-  private JsonNode readRecord(String entry, String suffix) {
-    java.nio.file.Path path = recordPath(entry, suffix);
-    try {
-      JsonNode envelope = JSON.readTree(Files.readAllBytes(path));
-      JsonNode body = envelope.path("body");
-      Map<String, Object> fields = new TreeMap<>();
-      for (Map.Entry<String, JsonNode> e : body.properties()) {
-        fields.put(e.getKey(), e.getValue().isNumber() ? (Object) e.getValue().numberValue()
-            : (Object) e.getValue().asText());
-      }
-      CRC32C crc = new CRC32C();
-      crc.update(canonical(fields).getBytes(StandardCharsets.UTF_8));
-      if (!String.format("%08x", crc.getValue()).equals(envelope.path("crc32c").asText())) {
-        LOG.warn("spark-steward: manifest record {} fails verification; ignored", path);
-        return null;
-      }
-      return body;
-    } catch (NoSuchFileException | FileNotFoundException e) {
-      return null;
-    } catch (IOException | RuntimeException e) {
-      LOG.warn("spark-steward: manifest record {} is unreadable ({}); ignored", path, e.toString());
-      return null;
-    }
-  }
-
-  private static void fsyncDir(java.nio.file.Path dir) throws IOException {
-    try (FileChannel ch = FileChannel.open(dir, StandardOpenOption.READ)) {
-      ch.force(true);
     }
   }
 

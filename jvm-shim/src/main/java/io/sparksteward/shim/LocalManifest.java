@@ -1,0 +1,173 @@
+package io.sparksteward.shim;
+
+import com.fasterxml.jackson.core.json.JsonWriteFeature;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.json.JsonMapper;
+import java.io.FileNotFoundException;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.StandardCopyOption;
+import java.nio.file.StandardOpenOption;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.UUID;
+import java.util.zip.CRC32C;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The manifest of an application's host-local working dir, as the Python layer writes and reads
+ * it ({@code spark_steward.local.working_dir}, {@code spark_steward.records}): one checksummed
+ * JSON record per entry, {@code manifest/<quoted entry>.rec} when complete and {@code .writing}
+ * while a writer announced it; written to a temp name, synced, renamed, directory synced. Numbers
+ * are whole (the record's time in seconds), so both languages compute the same canonical JSON.
+ */
+final class LocalManifest {
+  private static final Logger LOG = LoggerFactory.getLogger(LocalManifest.class);
+  private static final ObjectMapper JSON =
+      JsonMapper.builder().enable(JsonWriteFeature.ESCAPE_NON_ASCII).build();
+
+  private final java.nio.file.Path workDir;
+  private final String appId;
+  private final String capability;
+  private final String scope;
+
+  LocalManifest(java.nio.file.Path workDir, String appId, String capability, String scope) {
+    this.workDir = workDir;
+    this.appId = appId;
+    this.capability = capability;
+    this.scope = scope;
+  }
+
+  /** Bytes of every complete record (the working dir's use, for the byte bound). */
+  long usage() throws IOException {
+    long total = 0;
+    java.nio.file.Path manifest = workDir.resolve("manifest");
+    if (!Files.isDirectory(manifest)) {
+      return 0;
+    }
+    try (DirectoryStream<java.nio.file.Path> names = Files.newDirectoryStream(manifest, "*.rec")) {
+      for (java.nio.file.Path name : names) {
+        try {
+          total += JSON.readTree(Files.readAllBytes(name)).path("body").path("size").asLong(0);
+        } catch (IOException e) {
+          // unreadable records do not count; the Python layer removes them
+        }
+      }
+    }
+    return total;
+  }
+
+  Map<String, Object> body(String entry, long size, long crc, String state) {
+    Map<String, Object> body = new TreeMap<>();
+    body.put("app_id", appId);
+    body.put("capability", capability);
+    body.put("crc32c", crc);
+    body.put("entry", entry);
+    body.put("file", entry);
+    body.put("form", "file");
+    body.put("scope", scope);
+    body.put("size", size);
+    body.put("state", state);
+    body.put("written_at", System.currentTimeMillis() / 1000L);
+    return body;
+  }
+
+  /** Python's {@code urllib.parse.quote(entry, safe='')}: the record's file name. */
+  static String quote(String entry) {
+    StringBuilder out = new StringBuilder();
+    for (byte b : entry.getBytes(StandardCharsets.UTF_8)) {
+      int c = b & 0xff;
+      if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+          || c == '_' || c == '.' || c == '-' || c == '~') {
+        out.append((char) c);
+      } else {
+        out.append('%').append(String.format("%02X", c));
+      }
+    }
+    return out.toString();
+  }
+
+  java.nio.file.Path path(String entry, String suffix) {
+    return workDir.resolve("manifest").resolve(quote(entry) + "." + suffix);
+  }
+
+  /** Canonical JSON (sorted keys, no spaces, ASCII), as Python's records module computes it. */
+  private static String canonical(Map<String, Object> body) throws IOException {
+    StringBuilder out = new StringBuilder("{");
+    boolean first = true;
+    for (Map.Entry<String, Object> e : body.entrySet()) {
+      if (!first) {
+        out.append(',');
+      }
+      first = false;
+      out.append(JSON.writeValueAsString(e.getKey())).append(':')
+          .append(JSON.writeValueAsString(e.getValue()));
+    }
+    return out.append('}').toString();
+  }
+
+  void write(String entry, String suffix, Map<String, Object> body)
+      throws IOException {
+    String canonicalBody = canonical(body);
+    CRC32C crc = new CRC32C();
+    crc.update(canonicalBody.getBytes(StandardCharsets.UTF_8));
+    String envelope = "{\"body\":" + canonicalBody + ",\"crc32c\":\""
+        + String.format("%08x", crc.getValue()) + "\",\"format\":1}\n";
+    java.nio.file.Path path = path(entry, suffix);
+    Files.createDirectories(path.getParent());
+    java.nio.file.Path tmp = path.resolveSibling(
+        "." + path.getFileName() + ".tmp-" + UUID.randomUUID().toString().substring(0, 12));
+    try {
+      try (FileChannel out = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW,
+          StandardOpenOption.WRITE)) {
+        ByteBuffer bb = ByteBuffer.wrap(envelope.getBytes(StandardCharsets.UTF_8));
+        while (bb.hasRemaining()) {
+          out.write(bb);
+        }
+        out.force(true);
+      }
+      Files.move(tmp, path, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+    } finally {
+      Files.deleteIfExists(tmp);
+    }
+    fsyncDir(path.getParent());
+  }
+
+  JsonNode read(String entry, String suffix) {
+    java.nio.file.Path path = path(entry, suffix);
+    try {
+      JsonNode envelope = JSON.readTree(Files.readAllBytes(path));
+      JsonNode body = envelope.path("body");
+      Map<String, Object> fields = new TreeMap<>();
+      for (Map.Entry<String, JsonNode> e : body.properties()) {
+        fields.put(e.getKey(), e.getValue().isNumber() ? (Object) e.getValue().numberValue()
+            : (Object) e.getValue().asText());
+      }
+      CRC32C crc = new CRC32C();
+      crc.update(canonical(fields).getBytes(StandardCharsets.UTF_8));
+      if (!String.format("%08x", crc.getValue()).equals(envelope.path("crc32c").asText())) {
+        LOG.warn("spark-steward: manifest record {} fails verification; ignored", path);
+        return null;
+      }
+      return body;
+    } catch (NoSuchFileException | FileNotFoundException e) {
+      return null;
+    } catch (IOException | RuntimeException e) {
+      LOG.warn("spark-steward: manifest record {} is unreadable ({}); ignored", path, e.toString());
+      return null;
+    }
+  }
+
+  static void fsyncDir(java.nio.file.Path dir) throws IOException {
+    try (FileChannel ch = FileChannel.open(dir, StandardOpenOption.READ)) {
+      ch.force(true);
+    }
+  }
+}
