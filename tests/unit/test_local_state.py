@@ -16,6 +16,7 @@ from spark_steward.blob.cache import BlobCache, BlobSources
 from spark_steward.blob.keys import BlobRef
 from spark_steward.errors import LocalSpaceFull, LocalStateError
 from spark_steward.local.stores import LocalState
+from spark_steward.local.fs import OsFs
 from spark_steward.local.working_dir import WorkingDir
 from tests.unit.test_blob_stores import DATA, ref_of
 
@@ -229,3 +230,48 @@ def test_the_task_api_stays_a_function_once_its_modules_are_loaded(
 
     with pytest.raises(NotInTask, match="not active in this task"):
         spark_steward.local.state("models")
+
+
+def test_a_corrupt_value_found_outside_the_write_lock_is_checked_again_under_it(
+        tmp_path: Path) -> None:
+    """path() finds a bad copy while another process replaces the value: the re-check under
+    the write lock finds the new value and keeps it, instead of removing it with the bad one."""
+    state = _state(tmp_path)
+    state.put("k", b"old value")
+    bad = Path(state.path("k") or "")
+    bad.write_bytes(b"old valuX")
+
+    class PutWhileChecking(OsFs):
+        fired = False
+
+        def crc_of(self, path: Path) -> tuple[int, int]:
+            result = super().crc_of(path)
+            if not self.fired:
+                self.fired = True
+                state.put("k", b"new value")  # another process, between record and check
+            return result
+
+    reader = LocalState(WorkingDir(tmp_path, "app-1", fs=PutWhileChecking()), "models")
+    path = reader.path("k")
+    assert path is not None and Path(path).read_bytes() == b"new value"
+    assert state.get("k") == b"new value"
+
+
+def test_writing_is_reentrant_in_a_thread_and_exclusive_across_threads(tmp_path: Path) -> None:
+    import threading
+
+    work = WorkingDir(tmp_path, "app-1")
+    entered = threading.Event()
+
+    def other_thread() -> None:
+        with work.writing("state/s/k"):
+            entered.set()
+
+    with work.writing("state/s/k"):
+        with work.writing("state/s/k"):  # nested: must not wait for itself
+            pass
+        thread = threading.Thread(target=other_thread, daemon=True)
+        thread.start()
+        assert not entered.wait(0.3), "another thread waits while this one holds it"
+    assert entered.wait(5)
+    thread.join(5)

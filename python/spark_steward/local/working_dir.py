@@ -72,6 +72,7 @@ class WorkingDir:
         self.clock = clock
         self._verified: dict[str, tuple[int, int, int]] = {}
         self._lock = threading.RLock()
+        self._writing: dict[tuple[str, int], int] = {}  # (entry, thread): write lock depth
 
     # -- names -------------------------------------------------------------------------------
 
@@ -95,14 +96,36 @@ class WorkingDir:
 
     @contextmanager
     def writing(self, entry: str) -> Iterator[None]:
-        """Exclusive right to write or remove ``entry`` on this host (waits for it)."""
-        self.fs.makedirs(self.path_of(entry).parent)
-        lock = self.fs.lock(self._sidecar(entry, "write"), exclusive=True, wait=True)
-        assert lock is not None
+        """Exclusive right to write or remove ``entry`` on this host (waits for it).
+
+        Re-entrant within a thread: a second ``flock`` on another descriptor of the same file
+        would wait for the first forever. Other threads of the process wait like other
+        processes do."""
+        mine = (entry, threading.get_ident())
+        with self._lock:
+            nested = mine in self._writing
+            if nested:
+                self._writing[mine] += 1
+        lock = None
+        if not nested:
+            self.fs.makedirs(self.path_of(entry).parent)
+            lock = self.fs.lock(self._sidecar(entry, "write"), exclusive=True, wait=True)
+            assert lock is not None
+            with self._lock:
+                self._writing[mine] = 1
         try:
             yield
         finally:
-            lock.release()
+            with self._lock:
+                self._writing[mine] -= 1
+                if self._writing[mine] <= 0:
+                    del self._writing[mine]
+            if lock is not None:
+                lock.release()
+
+    def _holds_write_lock(self, entry: str) -> bool:
+        with self._lock:
+            return self._writing.get((entry, threading.get_ident()), 0) > 0
 
     def hold(self, entry: str) -> FileLock:
         """A shared use lock: nothing on the host evicts or removes ``entry`` while it is held."""
@@ -166,8 +189,8 @@ class WorkingDir:
 
         The file's crc32c is checked at its first use in this process (and again when the
         file changed); a file that fails, or does not match ``expected`` ``(crc32c, size)``,
-        is removed with its record so the caller fetches or rebuilds it. The caller holds the
-        entry's use lock or its write lock.
+        is removed with its record (under the entry's write lock, taken here unless this
+        process holds it) so the caller fetches or rebuilds it.
         """
         record = self.record(entry)
         if record is None:
@@ -194,6 +217,10 @@ class WorkingDir:
                 problem = (f"its file {path} has crc32c {crc & 0xffffffff:08x}/{size} bytes, "
                            f"recorded {record.crc32c:08x}/{record.size} bytes")
         if problem is not None:
+            if not self._holds_write_lock(entry):  # look again as the only writer: a put may
+                # have just replaced it
+                with self.writing(entry):
+                    return self.lookup(entry, expected)
             log.warning("host-local %s of %s is not usable (%s); removed, it is fetched or "
                         "built again", entry, self.app_id, problem)
             self.remove(entry)
