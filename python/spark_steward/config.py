@@ -175,7 +175,8 @@ LOCAL_DIR = _key(
     "executor restarts and are removed when their application ends.")
 LOCAL_MAX_BYTES = _key(
     "spark.steward.local.max-bytes", SIZE, "0",
-    "Most bytes of host-local files (blob cache and `local.state` values) one application keeps "
+    "Most bytes of host-local files (blob cache, `local.state` values, table replicas) one "
+    "application keeps "
     "on each host (`0`: unbounded). The least recently used entries no task uses are evicted "
     "first; when that cannot make room a `put` fails with `LocalSpaceFull` and a blob read streams "
     "into a file of the task instead.", minimum=0)
