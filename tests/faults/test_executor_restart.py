@@ -22,7 +22,7 @@ from pyspark import TaskContext
 
 import spark_steward
 from spark_steward.local.working_dir import WorkingDir
-from tests.spark.test_cached_tables import _executor_pids, _wait_for_executors
+from tests.spark.conftest import executor_pids, wait_for_executors
 
 pytestmark = pytest.mark.spark
 
@@ -73,11 +73,11 @@ def _run_until_on(sc: Any, task: Callable[[int], dict[str, Any]], jvms: set[int]
 
 
 def _kill_one_executor(sc: Any, victim: int) -> set[int]:
-    before = set(_executor_pids(sc))
+    before = set(executor_pids(sc))
     assert victim in before
     os.kill(victim, signal.SIGKILL)
-    _wait_for_executors(sc, exclude=victim)
-    return set(_executor_pids(sc)) - before
+    wait_for_executors(sc, exclude=victim)
+    return set(executor_pids(sc)) - before
 
 
 def test_a_replacement_executor_adopts_cached_blobs_and_built_values(
@@ -105,13 +105,13 @@ def test_a_replacement_executor_adopts_cached_blobs_and_built_values(
     cached = (Path(runtime.context.local_dir) / runtime.app_id / "blob-cache" / ref.scope
               / ref.key.digest)
     victim = on_new[0]["jvm"]
-    before = set(_executor_pids(sc))
+    before = set(executor_pids(sc))
     os.kill(victim, signal.SIGKILL)
     raw = bytearray(cached.read_bytes())
     raw[len(raw) // 2] ^= 0x01
     cached.write_bytes(bytes(raw))
-    _wait_for_executors(sc, exclude=victim)
-    newest = set(_executor_pids(sc)) - before
+    wait_for_executors(sc, exclude=victim)
+    newest = set(executor_pids(sc)) - before
     results, on_newest = _run_until_on(sc, task, newest)
     assert all((r["crc"], r["size"]) == expected for r in results), "never the corrupt copy"
     assert sum(r["transfers"] for r in results) == 1, "fetched again, once for the host"

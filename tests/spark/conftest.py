@@ -154,3 +154,23 @@ class BackgroundJob:
             except (FileNotFoundError, ValueError):  # not there yet, or half written
                 time.sleep(0.2)
         raise AssertionError(f"{self.out.name} never appeared: {self.result!r:.3000}")
+
+
+def executor_pids(sc: Any) -> list[int]:
+    """The executor JVMs of ``sc``'s application on this host."""
+    app = sc.applicationId
+    out = subprocess.run(["pgrep", "-f", f"CoarseGrainedExecutorBackend.*{app}"],
+                         capture_output=True, text=True).stdout
+    return sorted(int(p) for p in out.split())
+
+
+def wait_for_executors(sc: Any, exclude: int, timeout: float = 90.0) -> None:
+    """Waits until two executors other than the killed ``exclude`` are up and registered."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = executor_pids(sc)
+        if len(pids) == 2 and exclude not in pids \
+                and sc._jsc.sc().getExecutorMemoryStatus().size() == 3:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no replacement executor within {timeout}s: {executor_pids(sc)}")

@@ -11,7 +11,6 @@ import datetime as dt
 import logging
 import os
 import signal
-import subprocess
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -26,6 +25,7 @@ import spark_steward
 from spark_steward.errors import DisabledForSession
 from spark_steward.lifecycle.table_cache import TableState
 from spark_steward.spark.cached_table import CachedTable
+from tests.spark.conftest import executor_pids, wait_for_executors
 
 pytestmark = pytest.mark.spark
 
@@ -243,31 +243,13 @@ def test_executor_loss_after_materialization_recomputes_nothing(spark: Any) -> N
     expected = _sorted(t)
     assert counted.value == counted.rows
     sc = spark.sparkContext
-    before = _executor_pids(sc)
+    before = executor_pids(sc)
     assert len(before) == 2, before
     os.kill(before[0], signal.SIGKILL)
-    _wait_for_executors(sc, exclude=before[0])
+    wait_for_executors(sc, exclude=before[0])
 
     assert _sorted(t.filter("k >= 0")) == expected
     assert counted.value == counted.rows, "no partition of the table was recomputed"
-
-
-def _executor_pids(sc: Any) -> list[int]:
-    app = sc.applicationId
-    out = subprocess.run(["pgrep", "-f", f"CoarseGrainedExecutorBackend.*{app}"],
-                         capture_output=True, text=True).stdout
-    return sorted(int(p) for p in out.split())
-
-
-def _wait_for_executors(sc: Any, exclude: int, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pids = _executor_pids(sc)
-        if len(pids) == 2 and exclude not in pids \
-                and sc._jsc.sc().getExecutorMemoryStatus().size() == 3:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no replacement executor within {timeout}s: {_executor_pids(sc)}")
 
 
 # -- budget, close, switches ---------------------------------------------------------------------
