@@ -29,7 +29,7 @@ from spark_steward.errors import CheckpointCorrupt
 from spark_steward.lifecycle.checkpoints import CheckpointKind, CheckpointState, spark_series
 from spark_steward.lifecycle.segments import Segment
 from spark_steward.spark.spark_checkpoints import checkpoint_dir, checkpointed_rdd_of_dataframe
-from tests.spark.test_cached_tables import _executor_pids, _wait_for_executors
+from tests.spark.conftest import executor_pids, wait_for_executors
 from tests.spark.test_checkpoints import SCHEMA, _by_id, _row
 
 pytestmark = pytest.mark.spark
@@ -228,7 +228,7 @@ def test_an_executor_killed_during_a_save_leaves_a_complete_checkpoint(
         return x
 
     df = spark.range(0, 1200, numPartitions=12).withColumn("w", slow("id"))
-    victims = _executor_pids(sc)
+    victims = executor_pids(sc)
     assert len(victims) == 2
     result: dict[str, Any] = {}
     saver = threading.Thread(target=lambda: result.update(number=series.save(df)))
@@ -248,7 +248,7 @@ def test_an_executor_killed_during_a_save_leaves_a_complete_checkpoint(
     series.save(spark.range(5, numPartitions=1))
     _idle(store)
     assert not (set(_physical(runtime, name)) & first_files)
-    _wait_for_executors(sc, exclude=victims[0])
+    wait_for_executors(sc, exclude=victims[0])
 
 
 # -- df.checkpoint() served by the store -------------------------------------------------------
