@@ -408,7 +408,11 @@ def test_file_shorter_than_announced_is_reported_as_a_truncated_blob(
     assert srv.stats.connections_accepted == 2
 
 
-def test_stalled_transfer_times_out_as_server_unavailable(receive_mode: bool) -> None:
+@pytest.mark.parametrize("into", ["memory", "file"])
+def test_stalled_transfer_times_out_as_server_unavailable(receive_mode: bool, into: str,
+                                                          tmp_path: Path) -> None:
+    """Also into a real file, where the 10 bytes wait in the splice pipe when the stall
+    begins: they are drained, and the wait that follows still times out."""
     stop = threading.Event()
     listener = socket.create_server(("127.0.0.1", 0))
 
@@ -429,8 +433,9 @@ def test_stalled_transfer_times_out_as_server_unavailable(receive_mode: bool) ->
     try:
         host, port = listener.getsockname()[:2]
         with BlobClient(host, port, SECRET, timeout=0.3) as client:
-            with pytest.raises(BlobServerUnavailable, match="timed out|no data for 0.3s"):
-                client.fetch(BlobKey("a" * 64), SCOPE, io.BytesIO())
+            with pytest.raises(BlobServerUnavailable, match="timed out|no data for 0.3s"), \
+                    (open(tmp_path / "out", "wb") if into == "file" else io.BytesIO()) as out:
+                client.fetch(BlobKey("a" * 64), SCOPE, out)
     finally:
         stop.set()
         thread.join(10)
@@ -551,3 +556,62 @@ def test_fetch_into_an_append_mode_file_falls_back_and_appends(
     with BlobClient(host, port, SECRET) as client, open(target, "ab") as out:
         assert client.fetch(key, SCOPE, out)[0] == len(blob_data[1])  # splice refuses O_APPEND
     assert target.read_bytes() == b"head" + blob_data[1]
+
+
+class _RaggedSplice:
+    """``os.splice`` whose socket reads return a few segments at a time, as a real network
+    delivers them, and optionally refuse a non-blocking read the way a pipe out of slots
+    does; it records every write into a file as ``(offset, length)`` and counts refusals,
+    forced or the kernel's."""
+
+    def __init__(self, real: Callable[..., int], *, pipe_full_every: int = 0) -> None:
+        self.real = real
+        self.pipe_full_every = pipe_full_every
+        self.socket_reads = 0
+        self.pipe_full = 0
+        self.file_writes: list[tuple[int, int]] = []
+
+    def __call__(self, src: int, dst: int, count: int, offset_src: int | None = None,
+                 offset_dst: int | None = None, flags: int = 0) -> int:
+        if offset_dst is not None:
+            n = self.real(src, dst, count, offset_dst=offset_dst, flags=flags)
+            self.file_writes.append((offset_dst, n))
+            return n
+        self.socket_reads += 1
+        if self.pipe_full_every and flags and self.socket_reads % self.pipe_full_every == 0:
+            self.pipe_full += 1
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        try:
+            return self.real(src, dst, min(count, 77_777 + self.socket_reads % 5 * 1111),
+                             flags=flags)
+        except BlockingIOError:  # the kernel's own: partly filled pages used up the slots
+            self.pipe_full += 1
+            raise
+
+
+@pytest.mark.parametrize("pipe_full_every", [0, 7], ids=["ragged", "ragged-pipe-full"])
+def test_spliced_body_never_crosses_a_boundary_in_one_write(
+        server: tuple[BlobServer, tuple[str, int]], key: BlobKey, blob_data: tuple[Path, bytes],
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pipe_full_every: int) -> None:
+    """However the body arrives, it is gathered in the pipe and each write into the file ends
+    at the latest on the file's next 1 MiB boundary (the page cache then holds it in large
+    folios, which a later checksum through a mapping walks fast); a full pipe drains early
+    and the next write ends on the boundary it missed. The bytes are exact either way."""
+    _, (host, port) = server
+    ragged = _RaggedSplice(os.splice, pipe_full_every=pipe_full_every)
+    monkeypatch.setattr(os, "splice", ragged)
+    boundary = client_module._PIPE_SIZE
+    target = tmp_path / "out.bin"
+    with BlobClient(host, port, SECRET) as client, open(target, "wb") as out:
+        out.write(b"x" * 1000)  # the body starts off a boundary
+        assert client.fetch(key, SCOPE, out) == (len(blob_data[1]),
+                                                  crc32c.crc32c(blob_data[1]))
+    assert target.read_bytes() == b"x" * 1000 + blob_data[1]
+    writes = ragged.file_writes
+    assert [o for o, _ in writes] == [1000 + sum(n for _, n in writes[:i])
+                                      for i in range(len(writes))], "one contiguous run"
+    crossing = [(o, n) for o, n in writes if o // boundary != (o + n - 1) // boundary]
+    assert not crossing, f"writes across a boundary: {crossing[:3]}"
+    regions = (1000 + len(blob_data[1]) - 1) // boundary + 1
+    assert len(writes) <= regions + ragged.pipe_full, "reads gathered into batches"
+    assert ragged.socket_reads > 2 * regions
