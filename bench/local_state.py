@@ -25,12 +25,19 @@ cached 256 MiB copy, cold in this process, page cache warm) against raw ``crc32c
 bytes in memory, best of 3; and the crash sweep of ``tests/unit/crash_fs.py`` (a power cut at
 every step of a put, then recovery) counting torn or stale values served.
 
-    python bench/local_state.py [--size-mib 256] [--rounds 3]
+On loopback a fresh transfer costs less than the job's own reads, so it cannot show what
+recovery saves across hosts. ``--link-mbit N`` runs floor, recovery and fresh once more in the
+same session with the driver's blob server behind an emulated N Mbit/s link: an ``htb`` class
+on ``lo`` for the server's port only (needs root with CAP_NET_ADMIN and the kernel's htb and
+u32; the qdisc is removed afterwards). Spark's own RPC stays unshaped.
+
+    python bench/local_state.py [--size-mib 256] [--rounds 3] [--link-mbit 1000]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
@@ -39,7 +46,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import blobs
 from blobs import TASKS, read_all
@@ -72,6 +79,30 @@ def kill_one_executor(sc: Any) -> None:
             return
         time.sleep(0.2)
     raise SystemExit("no replacement executor within 120 s")
+
+
+@contextlib.contextmanager
+def shaped_link(port: int, mbit: int) -> Iterator[None]:
+    """Everything the blob server on ``port`` sends over loopback goes through an ``htb``
+    class of ``mbit`` Mbit/s; other loopback traffic through a class far above what lo
+    carries. The root qdisc is removed on the way out."""
+    commands = [
+        "tc qdisc add dev lo root handle 1: htb default 20",
+        f"tc class add dev lo parent 1: classid 1:10 htb rate {mbit}mbit ceil {mbit}mbit "
+        "burst 256kb",
+        "tc class add dev lo parent 1: classid 1:20 htb rate 100gbit ceil 100gbit burst 16mb",
+        f"tc filter add dev lo protocol ip parent 1: prio 1 u32 match ip sport {port} 0xffff "
+        "flowid 1:10",
+    ]
+    try:
+        for command in commands:
+            done = subprocess.run(command.split(), capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"--link-mbit: `{command}` failed: {done.stderr.strip()} "
+                                 "(needs root with CAP_NET_ADMIN and the kernel's htb and u32)")
+        yield
+    finally:
+        subprocess.run("tc qdisc del dev lo root".split(), capture_output=True)
 
 
 # bytes read, worker pid, the worker's blob transfers so far, seconds in blobs.get
@@ -152,6 +183,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--link-mbit", type=int, default=0,
+                        help="also run with the blob server behind an emulated link of this "
+                             "many Mbit/s (root, tc)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-local-") as tmp_name:
         tmp = Path(tmp_name)
@@ -170,6 +204,12 @@ def main() -> None:
         work_dir = tmp / "steward-local" / spark.sparkContext.applicationId
         times, transfers, acquire = first_jobs(spark, ("floor", "recovery", "fresh"), args.rounds,
                                       original, ref, "", work_dir)
+        shaped: dict[str, list[float]] = {}
+        if args.link_mbit:
+            port = spark_steward.runtime(spark).context.server_port
+            with shaped_link(port, args.link_mbit):
+                shaped, _, _ = first_jobs(spark, ("floor", "recovery", "fresh"), args.rounds,
+                                          original, ref, "", work_dir)
         verification(work_dir, spark.sparkContext.applicationId, ref, original)
         spark.stop()
         # Session 2: Spark's own addFile, against its own floor.
@@ -196,6 +236,15 @@ def main() -> None:
           f"ratio {got['recovery'] / got['fresh']:.2f}")
     print(f"targets: recovery <= 1.2x floor: {med['recovery'] / med['floor']:.2f}; "
           f"recovery <= 0.25x fresh: {med['recovery'] / med['fresh']:.2f}")
+    if shaped:
+        link = {v: statistics.median(shaped[v]) for v in shaped}
+        print(f"\nthe same with the blob server behind an emulated {args.link_mbit} Mbit/s link")
+        print(f"{'variant':<10} {'seconds':>8} {'x floor':>8} {'x fresh':>8}")
+        for v in ("floor", "recovery", "fresh"):
+            print(f"{v:<10} {link[v]:8.3f} {link[v] / link['floor']:8.2f} "
+                  f"{link[v] / link['fresh']:8.2f}")
+        print(f"targets: recovery <= 1.2x floor: {link['recovery'] / link['floor']:.2f}; "
+              f"recovery <= 0.25x fresh: {link['recovery'] / link['fresh']:.2f}")
     crash_sweep()
 
 
