@@ -594,13 +594,13 @@ def test_spliced_body_never_crosses_a_boundary_in_one_write(
         server: tuple[BlobServer, tuple[str, int]], key: BlobKey, blob_data: tuple[Path, bytes],
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pipe_full_every: int) -> None:
     """However the body arrives, it is gathered in the pipe and each write into the file ends
-    at the latest on the file's next 1 MiB boundary (the page cache then holds it in large
+    at the latest on the file's next batch boundary (the page cache then holds it in large
     folios, which a later checksum through a mapping walks fast); a full pipe drains early
     and the next write ends on the boundary it missed. The bytes are exact either way."""
     _, (host, port) = server
     ragged = _RaggedSplice(os.splice, pipe_full_every=pipe_full_every)
     monkeypatch.setattr(os, "splice", ragged)
-    boundary = client_module._PIPE_SIZE
+    boundary = client_module._BATCH
     target = tmp_path / "out.bin"
     with BlobClient(host, port, SECRET) as client, open(target, "wb") as out:
         out.write(b"x" * 1000)  # the body starts off a boundary
