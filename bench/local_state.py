@@ -250,9 +250,9 @@ def main() -> None:
 
 def verification(work_dir: Path, app_id: str, ref: Any, original: Path) -> None:
     """First-use verification against raw crc32c, for two copies of the same bytes: the blob as
-    the cache received it (spliced from the socket page by page) and a local-state value written
-    through the working dir in 8 MiB writes. The page cache holds them differently (small pages
-    vs large folios), which is what the mapping's crc32c walk pays for."""
+    the cache last received it (over the emulated link with ``--link-mbit``, else loopback) and
+    a local-state value written through the working dir in 8 MiB writes. The writes decide the
+    folios the page cache holds them in, and so what the mapping's crc32c walk pays for."""
     import crc32c
 
     from spark_steward.blob.cache import BlobCache

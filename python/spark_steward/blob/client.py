@@ -305,11 +305,11 @@ def _splice_into(sock: socket.socket, key: BlobKey, size: int, out: BinaryIO, fd
             fcntl.fcntl(write_end, _F_SETPIPE_SZ, _PIPE_SIZE)
         except OSError:
             pass  # the default pipe size only costs more calls
-        capacity = min(fcntl.fcntl(write_end, _F_GETPIPE_SZ), _BATCH)
+        batch_size = min(fcntl.fcntl(write_end, _F_GETPIPE_SZ), _BATCH)
         done = pending = 0
         with _bulk_receive(sock, timeout):
             while done < size:
-                batch = min(size - done, capacity - (start + done) % capacity)
+                batch = min(size - done, batch_size - (start + done) % batch_size)
                 try:
                     # With bytes waiting, a pipe out of slots (partly filled pages use one
                     # each) must not block the only thread that drains it.
