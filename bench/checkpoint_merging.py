@@ -138,7 +138,7 @@ def series_run(spark: Any, saves: Saves, rows: int, steps: int, across: bool) ->
     from pyspark.sql import functions as F
 
     from spark_steward.checkpoint import metadata as layout
-    from spark_steward.checkpoint.inventory import series_space
+    from spark_steward.checkpoint.gc import series_space
 
     runtime = spark_steward.runtime()
     name = f"bench-series-{'across' if across else 'within'}"

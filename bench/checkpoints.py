@@ -170,8 +170,8 @@ def write_checkpoints(root: Path, count: int, app_id: str) -> None:
     """``count`` completed checkpoints of SERIES straight to disk: no fsync, setup is untimed."""
     from spark_steward import records
     from spark_steward.checkpoint import metadata as layout
-    from spark_steward.lifecycle import checkpoints as machine
-    from spark_steward.lifecycle.checkpoints import CheckpointKind
+    from spark_steward.checkpoint import lifecycle as machine
+    from spark_steward.checkpoint.lifecycle import CheckpointKind
 
     for folder in (layout.ENTRIES, layout.ARTIFACTS, layout.DATA):
         os.makedirs(root / folder / SERIES, exist_ok=True)
@@ -316,7 +316,7 @@ def main() -> int:
         import spark_steward
         from pyspark.find_spark_home import _find_spark_home
         from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
-        from spark_steward.spark.spark_checkpoints import checkpointed_rdd_of_dataframe
+        from spark_steward.checkpoint.spark_checkpoints import checkpointed_rdd_of_dataframe
 
         spark = session(tmp)
         sc = spark.sparkContext

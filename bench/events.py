@@ -27,9 +27,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from spark_steward.spark.events import JobEnd, JobStart, SparkEvent, TaskEnd, TaskStart
-from spark_steward.spark.services import RuntimeService, register_service
-from spark_steward.spark.shim import jar_path
+from spark_steward.kernel.events import JobEnd, JobStart, SparkEvent, TaskEnd, TaskStart
+from spark_steward.kernel.services import RuntimeService, register_service
+from spark_steward.kernel.shim import jar_path
 
 
 class JobEventCounter(RuntimeService):

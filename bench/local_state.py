@@ -118,7 +118,7 @@ def tasks_for(variant: str, original: str, ref: Any, name: str) -> Callable[[int
 
             return read_all(SparkFiles.get(name)), os.getpid(), 0, 0.0
         import spark_steward
-        from spark_steward.spark.blob_executor import executor_blobs
+        from spark_steward.blob.executor import executor_blobs
 
         start = time.perf_counter()
         path = str(spark_steward.blobs.get(ref))

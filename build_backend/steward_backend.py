@@ -25,7 +25,7 @@ PTH_LINE = "import _spark_steward_autoload\n"
 
 
 def _shim_build() -> Any:
-    path = ROOT / "python" / "spark_steward" / "spark" / "shim_build.py"
+    path = ROOT / "python" / "spark_steward" / "kernel" / "shim_build.py"
     spec = importlib.util.spec_from_file_location("_steward_shim_build", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

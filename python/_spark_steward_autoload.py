@@ -25,7 +25,7 @@ class _Loader:
         cls = module.__dict__.get("SparkContext")
         if cls is not None and cls.__module__ == module.__name__:
             try:
-                from spark_steward.spark.autoload import patch_spark_context
+                from spark_steward.kernel.autoload import patch_spark_context
             except ImportError:  # package half-removed: never break pyspark itself
                 return
             patch_spark_context(cls)

@@ -17,20 +17,20 @@ if TYPE_CHECKING:
 
     from contextlib import AbstractContextManager as ContextManager
 
-    from spark_steward.spark.blob_service import Scope
-    from spark_steward.spark.checkpoint_service import CheckpointSeries
-    from spark_steward.spark.runtime import DriverRuntime
+    from spark_steward.blob.service import Scope
+    from spark_steward.checkpoint.service import CheckpointSeries
+    from spark_steward.kernel.runtime import DriverRuntime
 
 __all__ = ["__version__", "attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path",
            "blobs", "scope", "checkpoints", "cache", "close"]
 
 
 def __getattr__(name: str) -> Any:
-    # ``spark_steward.blobs`` is imported on first use: plain jobs never pay for it.
+    # ``spark_steward.blob.api`` is imported on first use: plain jobs never pay for it.
     if name == "blobs":
         import importlib
 
-        return importlib.import_module("spark_steward.blobs")
+        return importlib.import_module("spark_steward.blob.api")
     raise AttributeError(f"module 'spark_steward' has no attribute {name!r}")
 
 
@@ -64,7 +64,7 @@ def checkpoints(name: str, retained: int | None = None,
     ``retained`` (default ``spark.steward.checkpoints.retained``) completed checkpoints are
     kept; older ones are subsumed and deleted, repeatably, on the cleanup pool.
     """
-    from spark_steward.spark.checkpoint_service import CheckpointSeries
+    from spark_steward.checkpoint.service import CheckpointSeries
 
     return CheckpointSeries(name, retained, spark)
 
@@ -77,13 +77,13 @@ def cache(df: "DataFrame", *, shared: bool = False) -> "DataFrame":
     >>> t.groupBy("k").count().show()      # reads the Parquet files, not the plan
     >>> t.invalidate()                     # deletes the files; the next use recomputes
 
-    The result is a DataFrame (a :class:`~spark_steward.spark.cached_table.CachedTable`); every
+    The result is a DataFrame (a :class:`~spark_steward.tables.cached_table.CachedTable`); every
     query built on it reads the materialized files once they exist. Missing or changed files
     are recomputed from the original plan. With ``shared=True`` the result is keyed by the plan
     and the identity of its input files, and other applications computing the same plan over
     the same inputs reuse it. A streaming DataFrame is returned unchanged.
     """
-    from spark_steward.spark.cached_table import cache as _cache
+    from spark_steward.tables.cached_table import cache as _cache
 
     return _cache(df, shared=shared)
 
@@ -92,7 +92,7 @@ def close(spark: "SparkSession | None" = None) -> int:
     """Releases every table cached in ``spark`` (the active session if None) physically, like
     FLIP-36's ``TableEnvironment.close()``; ``spark.stop()`` does this for every session.
     Returns how many tables were released."""
-    from spark_steward.spark.cached_table import close as _close
+    from spark_steward.tables.cached_table import close as _close
 
     return _close(spark)
 
@@ -103,28 +103,28 @@ def attach(spark: Any = None) -> "DriverRuntime":
     >>> import spark_steward
     >>> rt = spark_steward.attach(spark)   # doctest: +SKIP
     """
-    from spark_steward.spark.runtime import attach as _attach
+    from spark_steward.kernel.runtime import attach as _attach
 
     return _attach(spark, explicit=True)
 
 
 def detach() -> None:
     """Detaches from the current SparkContext (``spark.stop()`` does this for you)."""
-    from spark_steward.spark.runtime import detach as _detach
+    from spark_steward.kernel.runtime import detach as _detach
 
     _detach()
 
 
 def runtime(spark: "SparkSession | None" = None) -> "DriverRuntime":
     """The attached runtime, checked to be enabled for ``spark`` (the active session if None)."""
-    from spark_steward.spark.runtime import runtime_for
+    from spark_steward.kernel.runtime import runtime_for
 
     return runtime_for(spark)
 
 
 def is_enabled(spark: "SparkSession | None" = None) -> bool:
     """True when spark-steward is attached and on for ``spark`` (the active session if None)."""
-    from spark_steward.spark.runtime import current_runtime
+    from spark_steward.kernel.runtime import current_runtime
 
     current = current_runtime()
     return current is not None and current.enabled_for(spark)
@@ -132,7 +132,7 @@ def is_enabled(spark: "SparkSession | None" = None) -> bool:
 
 def bootstrap(data: "RDD[Any] | DataFrame") -> "RDD[Any]":
     """``data`` as an RDD whose tasks start the executor runtime first (explicit bootstrap)."""
-    from spark_steward.spark.bootstrap import bootstrap as _bootstrap
+    from spark_steward.kernel.bootstrap import bootstrap as _bootstrap
 
     rdd: Any = data if hasattr(data, "mapPartitions") else data.rdd  # type: ignore[union-attr]
     spark = getattr(data, "sparkSession", None)
@@ -143,6 +143,6 @@ def bootstrap(data: "RDD[Any] | DataFrame") -> "RDD[Any]":
 
 def jar_path() -> str:
     """Path of the JVM shim jar, for ``spark.jars`` (what ``spark-steward jar`` prints)."""
-    from spark_steward.spark.shim import jar_path as _jar_path
+    from spark_steward.kernel.shim import jar_path as _jar_path
 
     return str(_jar_path())

@@ -20,15 +20,15 @@ from spark_steward import __version__
 from spark_steward.config import ENABLED, LOCAL_DIR, STORAGE_DIR, render_markdown_table
 from spark_steward.errors import StewardError
 
-from spark_steward.spark.jvm import PLUGIN_CLASS
+from spark_steward.kernel.jvm import PLUGIN_CLASS
 
 if TYPE_CHECKING:
     from spark_steward.applications import ApplicationRegistry
-    from spark_steward.blob.inventory import GcReport, Progress
+    from spark_steward.blob.gc import GcReport, Progress
 
 
 def _jar() -> str:
-    from spark_steward.spark.shim import jar_path
+    from spark_steward.kernel.shim import jar_path
 
     return str(jar_path())
 
@@ -129,7 +129,7 @@ def _plural(n: int, word: str) -> str:
 
 def cmd_blobs_ls(args: argparse.Namespace) -> int:
     from spark_steward.applications import validate_app_id
-    from spark_steward.blob.inventory import application_liveness, scan_blobs
+    from spark_steward.blob.gc import application_liveness, scan_blobs
 
     registry = open_registry(args)
     storage = registry.storage
@@ -166,7 +166,7 @@ def cmd_blobs_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_blobs_du(args: argparse.Namespace) -> int:
-    from spark_steward.blob.inventory import usage_by_application
+    from spark_steward.blob.gc import usage_by_application
 
     registry = open_registry(args)
     usage = usage_by_application(registry)
@@ -198,7 +198,7 @@ def cmd_blobs_du(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoints_ls(args: argparse.Namespace) -> int:
-    from spark_steward.checkpoint.inventory import list_checkpoints, series_space
+    from spark_steward.checkpoint.gc import list_checkpoints, series_space
 
     registry = open_registry(args)
     listing, corrupt = list_checkpoints(registry)
@@ -248,7 +248,7 @@ def _ratio(value: float) -> str:
 
 def cmd_checkpoints_du(args: argparse.Namespace) -> int:
     """Physical against live bytes per series: the space amplification file merging bounds."""
-    from spark_steward.checkpoint.inventory import series_space
+    from spark_steward.checkpoint.gc import series_space
 
     registry = open_registry(args)
     spaces = series_space(registry)
@@ -276,7 +276,7 @@ def cmd_checkpoints_du(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_ls(args: argparse.Namespace) -> int:
-    from spark_steward.tables.inventory import list_tables
+    from spark_steward.tables.gc import list_tables
 
     registry = open_registry(args)
     listing, corrupt = list_tables(registry)
@@ -318,7 +318,7 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_du(args: argparse.Namespace) -> int:
-    from spark_steward.tables.inventory import space
+    from spark_steward.tables.gc import space
 
     registry = open_registry(args)
     found = space(registry)
@@ -412,14 +412,14 @@ class Collector:
 
 def _collect_blobs(registry: "ApplicationRegistry", args: argparse.Namespace,
                    progress: "Progress | None") -> "GcReport":
-    from spark_steward.blob.inventory import collect_garbage
+    from spark_steward.blob.gc import collect_garbage
 
     return collect_garbage(registry, dry_run=args.dry_run, progress=progress)
 
 
 def _collect_checkpoints(registry: "ApplicationRegistry", args: argparse.Namespace,
                          progress: "Progress | None") -> "GcReport":
-    from spark_steward.checkpoint.inventory import collect_garbage
+    from spark_steward.checkpoint.gc import collect_garbage
     from spark_steward.config import CHECKPOINTS_ORPHAN_GRACE
 
     grace = (CHECKPOINTS_ORPHAN_GRACE.parse(args.orphan_grace) if args.orphan_grace
@@ -431,7 +431,7 @@ def _collect_checkpoints(registry: "ApplicationRegistry", args: argparse.Namespa
 def _collect_caches(registry: "ApplicationRegistry", args: argparse.Namespace,
                     progress: "Progress | None") -> "GcReport":
     from spark_steward.config import CACHE_ORPHAN_GRACE, CACHE_SHARED_RETENTION
-    from spark_steward.tables.inventory import collect_garbage
+    from spark_steward.tables.gc import collect_garbage
 
     grace = (CACHE_ORPHAN_GRACE.parse(args.orphan_grace) if args.orphan_grace
              else CACHE_ORPHAN_GRACE.default)
@@ -443,7 +443,7 @@ def _collect_caches(registry: "ApplicationRegistry", args: argparse.Namespace,
 
 def _collect_local(registry: "ApplicationRegistry", args: argparse.Namespace,
                    progress: "Progress | None") -> "GcReport":
-    from spark_steward.local.inventory import collect_garbage
+    from spark_steward.local.gc import collect_garbage
 
     return collect_garbage(args.local_dir, registry, dry_run=args.dry_run, progress=progress)
 

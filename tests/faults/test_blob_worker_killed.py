@@ -30,7 +30,7 @@ def test_worker_killed_mid_download_never_serves_a_partial_file(spark: Any,
     marker = Path(runtime.context.local_dir) / f"killed-{ref.key.short}"
 
     def task(_: int) -> tuple[int, bool, list[str], int, int]:
-        from spark_steward.spark.blob_executor import executor_blobs
+        from spark_steward.blob.executor import executor_blobs
 
         blobs = executor_blobs()
         attempt = TaskContext.get().attemptNumber()

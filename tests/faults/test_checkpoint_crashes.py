@@ -29,8 +29,8 @@ import pytest
 
 from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
-from spark_steward.lifecycle.checkpoints import CheckpointKind, CheckpointState
-from spark_steward.spark.checkpoint_data import DataFile, hadoop_url, read_dataframe
+from spark_steward.checkpoint.lifecycle import CheckpointKind, CheckpointState
+from spark_steward.checkpoint.data import DataFile, hadoop_url, read_dataframe
 from spark_steward.storage import Storage
 from tests.spark.conftest import spark_submit_path
 

@@ -39,7 +39,7 @@ def _executor_jvm() -> int:
 def _task(ref: Any, store: str, builds: Path) -> Callable[[int], dict[str, Any]]:
     def run(_: int) -> dict[str, Any]:
         import spark_steward.local
-        from spark_steward.spark.blob_executor import executor_blobs
+        from spark_steward.blob.executor import executor_blobs
 
         stats = executor_blobs().cache.stats
         before = Counter(stats)
@@ -126,7 +126,7 @@ def test_a_worker_killed_mid_put_never_leaves_a_value_get_returns(
 
     def task(_: int) -> tuple[int, bytes | None, bytes | None]:
         import spark_steward.local
-        from spark_steward.spark.local_executor import executor_working_dir
+        from spark_steward.local.executor import executor_working_dir
 
         state = spark_steward.local.state(store)
         if not marker.exists():

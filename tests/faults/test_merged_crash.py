@@ -15,7 +15,7 @@ import pytest
 
 from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
-from spark_steward.lifecycle.checkpoints import CheckpointState
+from spark_steward.checkpoint.lifecycle import CheckpointState
 from spark_steward.storage import Storage
 from tests.spark.conftest import spark_submit_path, steward_conf
 

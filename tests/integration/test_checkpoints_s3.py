@@ -38,7 +38,7 @@ from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.checkpoint.store import CheckpointStore, Key
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import StewardError
-from spark_steward.lifecycle.checkpoints import CheckpointEntry, CheckpointState
+from spark_steward.checkpoint.lifecycle import CheckpointEntry, CheckpointState
 from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.lifecycle.retry import RetryStrategy
 from spark_steward.storage import Storage

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_steward.spark import shim_build
+from spark_steward.kernel import shim_build
 
 SOURCES = Path(__file__).resolve().parents[2] / "jvm-shim" / "src" / "main" / "java"
 

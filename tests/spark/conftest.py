@@ -22,9 +22,9 @@ from pytest_spark.config import SparkConfigBuilder
 
 import tests
 
-from spark_steward.spark.events import SparkEvent
-from spark_steward.spark.services import RuntimeService, register_service
-from spark_steward.spark.shim import jar_path
+from spark_steward.kernel.events import SparkEvent
+from spark_steward.kernel.services import RuntimeService, register_service
+from spark_steward.kernel.shim import jar_path
 from tests.conftest import TEST_ROOT
 
 SCRIPTS = Path(__file__).parent / "scripts"

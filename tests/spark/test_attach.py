@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from spark_steward.errors import SetupError
-from spark_steward.spark.jvm import SparkJvm
-from spark_steward.spark.runtime import DriverRuntime
+from spark_steward.kernel.jvm import SparkJvm
+from spark_steward.kernel.runtime import DriverRuntime
 
 from tests.spark.conftest import SCRIPTS
 

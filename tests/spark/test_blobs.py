@@ -34,7 +34,7 @@ def _fetch_report(ref: BlobRef) -> Any:
         import crc32c as c
 
         import spark_steward
-        from spark_steward.spark.blob_executor import executor_blobs
+        from spark_steward.blob.executor import executor_blobs
 
         cache = executor_blobs().cache
         before = Counter(cache.stats)
@@ -259,7 +259,7 @@ def test_scope_is_deleted_when_closed_and_its_last_job_ends(spark: Any, runtime:
 
 
 def test_jobs_in_a_scope_carry_its_id(spark: Any, runtime: Any, recorder: Any) -> None:
-    from spark_steward.spark.events import JobStart
+    from spark_steward.kernel.events import JobStart
 
     with spark_steward.scope("tagged") as scope:
         spark.sparkContext.parallelize(range(2), 2).count()

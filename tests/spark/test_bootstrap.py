@@ -14,7 +14,7 @@ pytestmark = pytest.mark.spark
 
 
 def _report(index: int, it: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
-    from spark_steward.spark import executor
+    from spark_steward.kernel import executor
 
     rt = executor.executor_runtime()
     ctx = executor.current_context()
@@ -45,7 +45,7 @@ def test_udf_tasks_get_the_context(spark: Any, runtime: Any) -> None:
 
     @udf("string")
     def app_of_task(_: int) -> str | None:
-        from spark_steward.spark import executor
+        from spark_steward.kernel import executor
 
         ctx = executor.current_context()
         return ctx.app_id if ctx else None
@@ -59,7 +59,7 @@ def test_context_carries_no_secret_in_local_properties(spark: Any, runtime: Any,
                                                        recorder: Any) -> None:
     spark.sparkContext.parallelize(range(2), 2).count()
     assert runtime.flush_events(30)
-    from spark_steward.spark.events import JobStart
+    from spark_steward.kernel.events import JobStart
 
     for event in recorder.snapshot():
         if isinstance(event, JobStart):
@@ -82,7 +82,7 @@ def test_explicit_bootstrap_starts_the_runtime(spark: Any, runtime: Any) -> None
     df = spark.createDataFrame([(i,) for i in range(6)], ["x"])
 
     def created(it: Iterator[Any]) -> Iterator[tuple[str, bool]]:
-        from spark_steward.spark import executor
+        from spark_steward.kernel import executor
 
         ctx = executor.current_context()
         yield (ctx.app_id if ctx else "", executor._state.runtimes.get(ctx.app_id) is not None

@@ -23,8 +23,8 @@ from pyspark.sql import types as T
 
 import spark_steward
 from spark_steward.errors import DisabledForSession
-from spark_steward.lifecycle.table_cache import TableState
-from spark_steward.spark.cached_table import CachedTable
+from spark_steward.tables.lifecycle import TableState
+from spark_steward.tables.cached_table import CachedTable
 from tests.spark.conftest import executor_pids, wait_for_executors
 
 pytestmark = pytest.mark.spark

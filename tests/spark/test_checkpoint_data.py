@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark_steward.errors import CheckpointError
-from spark_steward.spark.checkpoint_data import (DataFile, ensure_on_executors, hadoop_url,
+from spark_steward.checkpoint.data import (DataFile, ensure_on_executors, hadoop_url,
                                                  java_message, read_dataframe, write_dataframe)
 
 BLOCK = 1 << 20

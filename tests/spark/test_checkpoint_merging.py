@@ -24,11 +24,11 @@ from pyspark.sql import functions as F
 
 import spark_steward
 from spark_steward.checkpoint import metadata as layout
-from spark_steward.checkpoint.inventory import series_space
+from spark_steward.checkpoint.gc import series_space
 from spark_steward.errors import CheckpointCorrupt
-from spark_steward.lifecycle.checkpoints import CheckpointKind, CheckpointState, spark_series
-from spark_steward.lifecycle.segments import Segment
-from spark_steward.spark.spark_checkpoints import checkpoint_dir, checkpointed_rdd_of_dataframe
+from spark_steward.checkpoint.lifecycle import CheckpointKind, CheckpointState, spark_series
+from spark_steward.checkpoint.merging.lifecycle import Segment
+from spark_steward.checkpoint.spark_checkpoints import checkpoint_dir, checkpointed_rdd_of_dataframe
 from tests.spark.conftest import executor_pids, wait_for_executors
 from tests.spark.test_checkpoints import SCHEMA, _by_id, _row
 

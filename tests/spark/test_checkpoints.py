@@ -25,8 +25,8 @@ import spark_steward
 from spark_steward.checkpoint import metadata as layout
 from spark_steward.errors import (CheckpointCorrupt, CheckpointError, CheckpointNotFound,
                                   DisabledForSession)
-from spark_steward.lifecycle.checkpoints import CheckpointKind, CheckpointState
-from spark_steward.spark.spark_checkpoints import checkpoint_dir, checkpointed_rdd_of_dataframe
+from spark_steward.checkpoint.lifecycle import CheckpointKind, CheckpointState
+from spark_steward.checkpoint.spark_checkpoints import checkpoint_dir, checkpointed_rdd_of_dataframe
 from tests.spark.conftest import SCRIPTS, STORAGE_DIR, run_spark_submit, steward_conf
 
 pytestmark = pytest.mark.spark

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spark_steward.spark.events import ExecutorAdded, JobEnd, JobStart, TaskEnd, TaskStart
+from spark_steward.kernel.events import ExecutorAdded, JobEnd, JobStart, TaskEnd, TaskStart
 
 pytestmark = pytest.mark.spark
 

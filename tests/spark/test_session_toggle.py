@@ -17,7 +17,7 @@ def _context_seen_by_udf(session: Any) -> set[Any]:
 
     @udf("string")
     def app_of_task(_: int) -> str | None:
-        from spark_steward.spark import executor
+        from spark_steward.kernel import executor
 
         ctx = executor.current_context()
         return ctx.app_id if ctx else None

@@ -17,9 +17,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from spark_steward.spark import spark_checkpoints as sc_hooks
-from spark_steward.spark.events import CheckpointCleaned, SparkEvent
-from spark_steward.spark.spark_checkpoints import (
+from spark_steward.checkpoint import spark_checkpoints as sc_hooks
+from spark_steward.kernel.events import CheckpointCleaned, SparkEvent
+from spark_steward.checkpoint.spark_checkpoints import (
     CLEAN_CHECKPOINTS,
     checkpoint_dir,
     checkpointed_rdd_of_dataframe,

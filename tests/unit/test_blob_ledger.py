@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_steward.lifecycle.blob_ledger import APPLICATION_SCOPE, BlobLedger, Deletion
+from spark_steward.blob.lifecycle import APPLICATION_SCOPE, BlobLedger, Deletion
 
 S = "s"
 

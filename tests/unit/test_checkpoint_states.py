@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from spark_steward.errors import CheckpointError
-from spark_steward.lifecycle import checkpoints as machine
-from spark_steward.lifecycle.checkpoints import (CheckpointEntry, CheckpointKind,
+from spark_steward.checkpoint import lifecycle as machine
+from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, validate_series)
 from tests.unit.conftest import Liveness
 

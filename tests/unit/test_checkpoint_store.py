@@ -24,7 +24,7 @@ from spark_steward.checkpoint.store import CheckpointStore, Key, RecoveryReport
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import (CheckpointError, CheckpointNotFound, OutcomeUnknown,
                                   StorageError)
-from spark_steward.lifecycle.checkpoints import CheckpointEntry, CheckpointKind, CheckpointState
+from spark_steward.checkpoint.lifecycle import CheckpointEntry, CheckpointKind, CheckpointState
 from spark_steward.lifecycle.retry import RetryStrategy
 from spark_steward.storage import Storage
 from tests.unit.conftest import FakeClock, Liveness, ManualCleaner, until

@@ -17,7 +17,7 @@ import pytest
 
 from spark_steward import cli
 from spark_steward.applications import ApplicationRegistry
-from spark_steward.blob.inventory import (StoredBlob, collect_garbage, list_stored_blobs,
+from spark_steward.blob.gc import (StoredBlob, collect_garbage, list_stored_blobs,
                                           list_temp_files, usage_by_application)
 from spark_steward.cli import ProgressBar, main
 from spark_steward.storage import Storage
@@ -332,7 +332,7 @@ def test_heartbeat_timeout_override_keeps_a_slow_application(
 
 def test_collectors_run_in_order(capsys: pytest.CaptureFixture[str], world: World,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from spark_steward.blob.inventory import GcReport
+    from spark_steward.blob.gc import GcReport
 
     seen: list[str] = []
 

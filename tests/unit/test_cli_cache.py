@@ -15,9 +15,9 @@ import pytest
 
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.cleaner import RetryingCleaner
-from spark_steward.lifecycle import table_cache as machine
+from spark_steward.tables import lifecycle as machine
 from spark_steward.lifecycle.retry import RetryStrategy
-from spark_steward.lifecycle.table_cache import TableState, shared_key
+from spark_steward.tables.lifecycle import TableState, shared_key
 from spark_steward.storage import Storage
 from spark_steward.tables import store as layout
 from spark_steward.tables.manifest import build_manifest

@@ -21,8 +21,8 @@ from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.checkpoint.store import CheckpointStore, Key
 from spark_steward.cleaner import RetryingCleaner
-from spark_steward.lifecycle import checkpoints as machine
-from spark_steward.lifecycle.checkpoints import CheckpointKind, spark_series
+from spark_steward.checkpoint import lifecycle as machine
+from spark_steward.checkpoint.lifecycle import CheckpointKind, spark_series
 from spark_steward.lifecycle.retry import RetryStrategy
 from spark_steward.storage import Storage
 from tests.unit.conftest import FakeClock, break_delete
@@ -417,7 +417,7 @@ def _merged_save(store: CheckpointStore, series: str, reused: list[Any],
                  new: list[tuple[int, int]], file_size: int) -> Any:
     """A merged checkpoint: ``reused`` segments of earlier ones, and ``new`` (offset, length)
     segments in one file of its own folder that is ``file_size`` bytes long."""
-    from spark_steward.lifecycle.segments import Segment
+    from spark_steward.checkpoint.merging.lifecycle import Segment
 
     entry = store.begin(series, merged=True, reuses={s.file for s in reused})
     rel = f"{entry.data}/host-0000.arrows"

@@ -79,7 +79,7 @@ def test_a_failed_removal_is_reported_and_exits_1(capsys: pytest.CaptureFixture[
     def refusing_rmtree(path: str, onerror: Any) -> None:
         onerror(os.unlink, path, (PermissionError, PermissionError(13, "denied"), None))
 
-    monkeypatch.setattr("spark_steward.local.inventory.shutil.rmtree", refusing_rmtree)
+    monkeypatch.setattr("spark_steward.local.gc.shutil.rmtree", refusing_rmtree)
     code, out = _gc(capsys, url, "--local-dir", str(local))
     assert code == 1
     assert f"  FAILED {local / DEAD}: {local / DEAD}: [Errno 13] denied" in out

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from spark_steward.spark.dispatch import EventDispatcher
-from spark_steward.spark.events import (
+from spark_steward.kernel.dispatch import EventDispatcher
+from spark_steward.kernel.events import (
     ApplicationEnd,
     EventBatch,
     ExecutorAdded,
@@ -18,7 +18,7 @@ from spark_steward.spark.events import (
     SparkEvent,
 )
 
-LOGGER = "spark_steward.spark.dispatch"
+LOGGER = "spark_steward.kernel.dispatch"
 
 
 def _events(*seqs: int) -> tuple[SparkEvent, ...]:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from spark_steward.spark.dispatch import EventDispatcher
-from spark_steward.spark.events import (
+from spark_steward.kernel.dispatch import EventDispatcher
+from spark_steward.kernel.events import (
     ApplicationEnd,
     CheckpointCleaned,
     EventBatch,

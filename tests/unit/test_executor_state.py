@@ -7,8 +7,8 @@ import os
 import pytest
 
 from spark_steward.errors import NotInTask
-from spark_steward.spark import executor
-from spark_steward.spark.executor import ExecutorContext, TaskScope
+from spark_steward.kernel import executor
+from spark_steward.kernel.executor import ExecutorContext, TaskScope
 
 
 @pytest.fixture(autouse=True)

@@ -222,9 +222,9 @@ def test_the_task_api_stays_a_function_once_its_modules_are_loaded(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import spark_steward.local
     import spark_steward.local.stores  # noqa: F401
-    import spark_steward.spark.local_executor  # noqa: F401
+    import spark_steward.local.executor  # noqa: F401
     from spark_steward.errors import NotInTask
-    from spark_steward.spark import executor
+    from spark_steward.kernel import executor
 
     monkeypatch.setattr(executor, "_state", executor._ProcessState())  # no context installed
 

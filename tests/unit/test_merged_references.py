@@ -20,11 +20,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.store import CheckpointStore, Key
 from spark_steward.cleaner import RetryingCleaner
-from spark_steward.lifecycle import segments as merging
-from spark_steward.lifecycle.checkpoints import (CheckpointEntry, CheckpointKind,
+from spark_steward.checkpoint.merging import lifecycle as merging
+from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, pending)
 from spark_steward.lifecycle.retry import RetryStrategy
-from spark_steward.lifecycle.segments import Segment
+from spark_steward.checkpoint.merging.lifecycle import Segment
 from tests.unit.conftest import FakeClock, ManualCleaner
 from tests.unit.failing_fs import FailingFileSystem, failing_storage
 

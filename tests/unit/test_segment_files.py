@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from spark_steward.checkpoint.segment_files import (
+from spark_steward.checkpoint.merging.segment_files import (
     check_segments_exist,
     copy_segments,
     read_segment,
@@ -26,7 +26,7 @@ from spark_steward.checkpoint.segment_files import (
 )
 from spark_steward.checksum import crc32c_of, format_crc
 from spark_steward.errors import CheckpointCorrupt, CheckpointError, StorageError
-from spark_steward.lifecycle.segments import Segment
+from spark_steward.checkpoint.merging.lifecycle import Segment
 from spark_steward.storage import Storage
 
 FOLDER = "checkpoints/merged/s/0000000007"

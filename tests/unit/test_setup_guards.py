@@ -7,8 +7,8 @@ import types
 import pytest
 
 from spark_steward.errors import NotAttached, SetupError
-from spark_steward.spark import session
-from spark_steward.spark.jvm import SparkJvm
+from spark_steward.kernel import session
+from spark_steward.kernel.jvm import SparkJvm
 
 
 def _connect_like_session() -> object:
@@ -38,7 +38,7 @@ def test_a_stopped_context_has_no_jvm() -> None:
 
 def test_runtime_without_attach_says_how_to_enable(monkeypatch: pytest.MonkeyPatch) -> None:
     import spark_steward
-    from spark_steward.spark import runtime as runtime_module
+    from spark_steward.kernel import runtime as runtime_module
 
     monkeypatch.setattr(runtime_module, "_current", None)
     with pytest.raises(NotAttached, match="spark.steward.enabled=true"):

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_steward.errors import InvalidTableKey, TableStateError
-from spark_steward.lifecycle.table_cache import (CacheUsage, TableEntry, TableState,
+from spark_steward.tables.lifecycle import (CacheUsage, TableEntry, TableState,
                                                  choose_evictions, pending, private_key,
                                                  shared_key, to_clean_at_recovery, transition,
                                                  validate_key)
@@ -223,7 +223,7 @@ def test_validate_key_rejects_anything_that_is_not_one_safe_segment(key: str) ->
 
 
 def test_a_shared_table_without_live_users_waits_out_its_retention() -> None:
-    from spark_steward.lifecycle.table_cache import to_stamp_released
+    from spark_steward.tables.lifecycle import to_stamp_released
 
     ready = entry(SHARED, READY, shared=True, app="app-gone")
     users = {SHARED: {"app-gone", "app-also-gone"}}

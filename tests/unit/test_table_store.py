@@ -26,7 +26,7 @@ from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import (CacheError, ManifestError, OutcomeUnknown, StorageError,
                                   TableReplaced, TableStateError)
 from spark_steward.lifecycle.retry import RetryStrategy
-from spark_steward.lifecycle.table_cache import TableEntry, TableState, shared_key
+from spark_steward.tables.lifecycle import TableEntry, TableState, shared_key
 from spark_steward.storage import Storage
 from spark_steward.tables import store as layout
 from spark_steward.tables.manifest import Manifest, build_manifest, find_problem

@@ -2,7 +2,7 @@
 
 :class:`BlobDepot` puts blobs (local store first, then the HA copy; the put returns only when
 every configured store has it), locates them for the server (restoring a missing local copy
-from HA), feeds the pure :class:`~spark_steward.lifecycle.blob_ledger.BlobLedger` and carries
+from HA), feeds the pure :class:`~spark_steward.blob.lifecycle.BlobLedger` and carries
 out the deletions it decides. A deletion that fails is kept and retried at every tick until it
 succeeds; what is still left at application end stays in storage for the next attach or
 ``spark-steward gc``, never forgotten.
@@ -24,7 +24,7 @@ from spark_steward.blob.server import LocatedBlob
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, file_identity
 from spark_steward.errors import BlobNotFound, BlobProtocolError, ChecksumMismatch, \
     InvalidBlobKey, ScopeError, StewardError
-from spark_steward.lifecycle.blob_ledger import BlobLedger, Deletion
+from spark_steward.blob.lifecycle import BlobLedger, Deletion
 from spark_steward.lifecycle.staged_cleanup import StagedCleanup
 
 log = logging.getLogger(__name__)

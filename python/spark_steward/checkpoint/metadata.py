@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from spark_steward.errors import CheckpointCorrupt, RecordCorrupt, StewardError
-from spark_steward.lifecycle.checkpoints import CheckpointEntry, validate_series
+from spark_steward.checkpoint.lifecycle import CheckpointEntry, validate_series
 from spark_steward.storage import Storage
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ pending, completed and marked-for-deletion ones, in durable metadata, cleaned up
 No Spark in here: it is handed the storage, the application id, a liveness check and a
 :class:`~spark_steward.cleaner.RetryingCleaner`; the Spark glue writes data and calls
 :meth:`begin` before and :meth:`complete` after. Decisions come from the pure state machine in
-:mod:`spark_steward.lifecycle.checkpoints`.
+:mod:`spark_steward.checkpoint.lifecycle`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import CheckpointNotFound, StewardError
-from spark_steward.lifecycle import checkpoints as machine
-from spark_steward.lifecycle import segments as merging
-from spark_steward.lifecycle.checkpoints import (CheckpointEntry, CheckpointKind,
+from spark_steward.checkpoint import lifecycle as machine
+from spark_steward.checkpoint.merging import lifecycle as merging
+from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState)
 from spark_steward.storage import Storage
 
@@ -267,7 +267,7 @@ class CheckpointStore:
         """Physical files of ``series`` that no stored entry needs, ``grace`` seconds old.
 
         Derived from the metadata every time (never a counter): files are listed first, entries
-        read second (see :func:`~spark_steward.lifecycle.segments.deletable_files`). An entry
+        read second (see :func:`~spark_steward.checkpoint.merging.lifecycle.deletable_files`). An entry
         that cannot be read stops the sweep: it might own anything."""
         folder = f"{layout.MERGED}/{machine.validate_series(series)}"
         if not self.storage.is_local:

@@ -19,7 +19,7 @@ def state(name: str) -> "LocalState":
     Raises :class:`~spark_steward.errors.NotInTask` outside a task of a session with
     spark-steward on.
     """
-    from spark_steward.spark.local_executor import local_state
+    from spark_steward.local.executor import local_state
 
     return local_state(name)
 

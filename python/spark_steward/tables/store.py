@@ -10,7 +10,7 @@ Layout below the storage root::
 
 No Spark in here: the glue calls :meth:`TableStore.begin` before it writes, builds the manifest
 (:mod:`spark_steward.tables.manifest`) and calls :meth:`TableStore.complete`. Decisions come from
-the pure rules in :mod:`spark_steward.lifecycle.table_cache`.
+the pure rules in :mod:`spark_steward.tables.lifecycle`.
 
 Readers never depend on the metadata being perfectly current: every query checks the files
 against the manifest of one attempt, whose data folder no other attempt writes, so a race with
@@ -30,8 +30,8 @@ from typing import Any, Callable, TypeVar
 from spark_steward.applications import validate_app_id
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import CacheError, RecordCorrupt, StewardError, TableReplaced
-from spark_steward.lifecycle import table_cache as machine
-from spark_steward.lifecycle.table_cache import TableEntry, TableState, validate_key
+from spark_steward.tables import lifecycle as machine
+from spark_steward.tables.lifecycle import TableEntry, TableState, validate_key
 from spark_steward.storage import Storage
 from spark_steward.tables.manifest import Manifest
 

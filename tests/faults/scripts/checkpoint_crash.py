@@ -92,7 +92,7 @@ _labels: dict[tuple[str, int], str] = {}
 
 
 def who(entry: Any) -> str:
-    from spark_steward.lifecycle.checkpoints import CheckpointKind
+    from spark_steward.checkpoint.lifecycle import CheckpointKind
 
     if entry.kind is CheckpointKind.SERIES:
         return f"{entry.series}/{entry.number}"
@@ -106,7 +106,7 @@ def label_of(series: str, number: int) -> str:
 def instrument(trap: Trap) -> None:
     """Wraps the store's steps in the driver process; nothing else changes."""
     from spark_steward.checkpoint import metadata, store
-    from spark_steward.spark import checkpoint_data
+    from spark_steward.checkpoint import data as checkpoint_data
 
     def around(owner: Any, name: str, step: Callable[..., str]) -> None:
         original = getattr(owner, name)

@@ -10,8 +10,8 @@ import sys
 from pyspark.sql import SparkSession
 
 import spark_steward
-from spark_steward.spark.events import JobStart, TaskEnd
-from spark_steward.spark.services import RuntimeService, register_service
+from spark_steward.kernel.events import JobStart, TaskEnd
+from spark_steward.kernel.services import RuntimeService, register_service
 
 
 class Recorder(RuntimeService):

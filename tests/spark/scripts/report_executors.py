@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 
 
 def report(index, it):
-    from spark_steward.spark import executor
+    from spark_steward.kernel import executor
 
     ctx = executor.current_context()
     rt = executor.executor_runtime()

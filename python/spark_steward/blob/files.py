@@ -1,0 +1,208 @@
+"""Transparent mode: ``sc.addFile``, ``sc.addArchive`` and ``SparkFiles.get`` through the blob
+service, for existing jobs.
+
+A local file (or directory, with ``recursive=True``, or archive) added from a session with
+spark-steward on becomes a permanent blob of the application scope, registered under the name
+Spark would give it (the file name, or the ``#alias`` of an archive). ``SparkFiles.get(name)``
+then returns, on executors and on the driver, a path with that same name inside the
+application's local folder: a verified copy of a file, or the unpacked directory of a directory
+or archive. Spark itself never sees these files, so it does not ship them unverified to every
+executor. Remote URLs (``hdfs://``, ``http://``), ``addPyFile`` and sessions with
+spark-steward off keep Spark's own behaviour.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tarfile
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+from urllib.parse import urlparse
+
+from spark_steward.blob.archives import archive_format, unpack_once
+from spark_steward.blob.keys import BlobRef
+from spark_steward.config import BLOB_TRANSPARENT
+from spark_steward.errors import BlobNotFound, BlobServerUnavailable, StewardError
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+log = logging.getLogger(__name__)
+
+FILE, DIRECTORY, ARCHIVE = "file", "dir", "archive"
+_bypass = threading.local()
+
+
+def local_source(path: str) -> Path | None:
+    """The local path behind ``path`` (plain or ``file:``), or None for remote URLs."""
+    parsed = urlparse(path)
+    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
+        return Path(parsed.path if parsed.scheme == "file" else path.split("#", 1)[0])
+    return None
+
+
+def materialize(ref: BlobRef, form: str, name: str, blob_path: Path, files_root: Path) -> Path:
+    """``<files_root>/<key>/<name>``: the named file or unpacked directory SparkFiles returns."""
+    dest = files_root / ref.key.digest / name
+    if form == FILE:
+        # Re-linked when the verified copy was replaced (re-fetched after corruption).
+        if not dest.exists() or dest.stat().st_ino != blob_path.stat().st_ino:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(f".{name}.tmp-{os.getpid()}-{threading.get_ident()}")
+            try:
+                os.link(blob_path, tmp)
+            except OSError:
+                import shutil
+
+                shutil.copyfile(blob_path, tmp)
+            os.replace(tmp, dest)
+        return dest
+    archive_name = ref.name if form == ARCHIVE else f"{name}.tar"
+    return unpack_once(blob_path, archive_name, dest)
+
+
+class TransparentFiles:
+    """The driver's half: decides per call whether a file goes through the blob service."""
+
+    def __init__(self, enabled_for_context: Callable[["SparkContext"], Any]) -> None:
+        # Returns the BlobService when spark-steward is on for the session in use, else None.
+        self._service_for = enabled_for_context
+
+    def add(self, sc: "SparkContext", path: str, recursive: bool, archive: bool) -> bool:
+        """True when ``path`` was registered as a blob (Spark must then not ship it)."""
+        if getattr(_bypass, "active", False):
+            return False
+        service = self._service_for(sc)
+        source = local_source(path)
+        if service is None or source is None:
+            return False
+        name = path.split("#", 1)[1] if archive and "#" in path else source.name
+        if archive:
+            if archive_format(source.name) is None:
+                raise StewardError(f"addArchive({path!r}): not a .zip, .jar, .tar.gz, .tgz or "
+                                   ".tar file")
+            form = ARCHIVE
+        elif source.is_dir():
+            if not recursive:
+                raise StewardError(f"addFile({path!r}) is a directory: pass recursive=True, as "
+                                   "Spark requires")
+            form = DIRECTORY
+        else:
+            form = FILE
+        if not source.exists():
+            raise StewardError(f"addFile({path!r}): no such file or directory {source}")
+        if form == DIRECTORY:
+            with tempfile.TemporaryDirectory(prefix="steward-addfile-") as tmp:
+                packed = Path(tmp) / f"{name}.tar"
+                with tarfile.open(packed, "w") as tar:
+                    tar.add(source, arcname=".")
+                ref = service.depot.put_file(packed, name=f"{name}.tar")
+        else:
+            ref = service.depot.put_file(source, name=source.name)
+        service.depot.register_file(name, ref, form)
+        log.info("%s %s goes through spark-steward as blob %s", "addArchive" if archive
+                 else "addFile", path, ref)
+        return True
+
+
+def executor_get(name: str) -> str | None:
+    """``SparkFiles.get(name)`` inside a task, or None when the name is not ours."""
+    from spark_steward.blob.executor import executor_blobs
+    from spark_steward.kernel.executor import current_context
+
+    if current_context() is None:
+        return None
+    blobs = executor_blobs()
+    if not blobs.runtime.conf.get(BLOB_TRANSPARENT):
+        return None
+    try:
+        ref, form = blobs.resolve_file(name)
+    except (BlobNotFound, BlobServerUnavailable):
+        return None  # not ours, or the driver cannot say: Spark's own lookup
+    return str(materialize(ref, form, name, blobs.get(ref), blobs.runtime.work_dir / "files"))
+
+
+def driver_get(name: str) -> str | None:
+    from spark_steward.kernel.runtime import current_runtime
+
+    runtime = current_runtime()
+    if runtime is None:
+        return None
+    service = runtime.service("blobs")
+    try:
+        ref, form = service.depot.resolve(name)
+    except BlobNotFound:
+        return None
+    located = Path(service.depot.locate(ref.key, ref.scope).path)
+    assert service.local_app_dir is not None
+    return str(materialize(ref, form, name, located, service.local_app_dir / "files"))
+
+
+_patched = False
+_lock = threading.Lock()
+
+
+def install_sparkfiles_hook() -> None:
+    """Wraps ``SparkFiles.get`` (idempotent; cheap: one check per call for foreign names)."""
+    global _patched
+    with _lock:
+        if _patched:
+            return
+        from pyspark import SparkFiles
+
+        original = SparkFiles.get.__func__  # type: ignore[attr-defined]
+
+        def get(cls: Any, filename: str) -> str:
+            try:
+                found = executor_get(filename)
+                if found is None:
+                    found = driver_get(filename)
+            except StewardError:
+                raise
+            if found is not None:
+                return found
+            return original(cls, filename)  # type: ignore[no-any-return]
+
+        get.__doc__ = original.__doc__
+        SparkFiles.get = classmethod(get)  # type: ignore[method-assign, assignment]
+        _patched = True
+
+
+def install_context_hooks(files: TransparentFiles) -> None:
+    """Wraps ``addFile``, ``addArchive`` and ``addPyFile`` of SparkContext (idempotent)."""
+    from pyspark import SparkContext
+
+    if getattr(SparkContext.addFile, "__steward__", False):
+        return
+    original_add_file = SparkContext.addFile
+    original_add_archive = SparkContext.addArchive
+    original_add_py_file = SparkContext.addPyFile
+
+    def addFile(self: "SparkContext", path: str, recursive: bool = False) -> None:
+        if not files.add(self, path, recursive, archive=False):
+            original_add_file(self, path, recursive)
+
+    def addArchive(self: "SparkContext", path: str) -> None:
+        if not files.add(self, path, False, archive=True):
+            original_add_archive(self, path)
+
+    def addPyFile(self: "SparkContext", path: str) -> None:
+        # Python dependencies go on executors' sys.path through Spark's own mechanism.
+        _bypass.active = True
+        try:
+            original_add_py_file(self, path)
+        finally:
+            _bypass.active = False
+
+    for wrapper, original in ((addFile, original_add_file), (addArchive, original_add_archive),
+                              (addPyFile, original_add_py_file)):
+        wrapper.__doc__ = original.__doc__
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        wrapper.__steward__ = True  # type: ignore[attr-defined]
+    SparkContext.addFile = addFile  # type: ignore[method-assign]
+    SparkContext.addArchive = addArchive  # type: ignore[method-assign]
+    SparkContext.addPyFile = addPyFile  # type: ignore[method-assign]
+    install_sparkfiles_hook()

@@ -1,0 +1,213 @@
+"""The blob service on the driver: Spark glue around :class:`~spark_steward.blob.depot.BlobDepot`.
+
+It starts the blob server on ``spark.driver.host`` before the executor context is broadcast (so
+the context carries the port), feeds job and task events into the ledger, ticks staged cleanup
+every ``spark.steward.blob.retention.interval``, opens and closes owner scopes (a local property
+every job submitted in the scope carries), takes over blobs of dead applications found in the
+HA storage, and removes everything of the application at ``spark.stop()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import shutil
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from spark_steward.applications import ApplicationRegistry, sweep_local_folders
+from spark_steward.blob.depot import BlobDepot
+from spark_steward.blob.keys import APPLICATION_SCOPE, validate_scope_name
+from spark_steward.blob.server import BlobServer
+from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
+from spark_steward.config import (BLOB_HA, BLOB_NETWORK_TIMEOUT, BLOB_RETENTION_INTERVAL,
+                                  BLOB_SERVER_MAX_CONNECTIONS, BLOB_SERVER_MAX_FRAME,
+                                  BLOB_SERVER_PORT, STORAGE_DIR)
+from spark_steward.errors import ScopeError, StewardError
+from spark_steward.kernel.events import JobEnd, JobStart, SparkEvent, TaskEnd
+from spark_steward.kernel.services import RuntimeService
+
+if TYPE_CHECKING:
+    from spark_steward.kernel.runtime import DriverRuntime
+
+log = logging.getLogger(__name__)
+
+SCOPE_PROPERTY = "spark.steward.scope"
+# Folders of an application below <local dir>/<appId> that the blob service owns.
+def dead_application_blobs(registry: ApplicationRegistry, own_app: str) -> list[str]:
+    """HA folders ``apps/<app>/blobs`` of applications that are no longer alive.
+
+    An application without a readable record is left alone: absence of proof is not death.
+    """
+    storage = registry.storage
+    return [f"apps/{app_id}/blobs" for app_id in storage.list_names("apps")
+            if app_id != own_app and storage.exists(f"apps/{app_id}/blobs")
+            and registry.is_dead(app_id)]
+
+
+def _still_dead(registry: ApplicationRegistry, rel: str) -> bool:
+    """Asked right before a dead application's blob folder ``apps/<app>/blobs`` is deleted."""
+    return registry.is_dead(rel.split("/")[1])
+
+
+class Scope:
+    """An owner scope opened with :func:`spark_steward.scope`; jobs submitted on this thread
+    while it is open carry its id, and its blobs are deleted when it is closed and its last job
+    has ended."""
+
+    def __init__(self, service: "BlobService", scope_id: str, name: str) -> None:
+        self._service = service
+        self.id = scope_id
+        self.name = name
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"Scope({self.id!r}{', closed' if self.closed else ''})"
+
+
+class BlobService(RuntimeService):
+    name = "blobs"
+
+    def __init__(self) -> None:
+        self.depot: BlobDepot | None = None
+        self.server: BlobServer | None = None
+        self.local_app_dir: Path | None = None
+        self._runtime: DriverRuntime | None = None
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        self._scope_numbers = itertools.count(1)
+        self._threads = threading.local()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, runtime: "DriverRuntime") -> None:
+        conf = runtime.conf
+        self._runtime = runtime
+        self.local_app_dir = Path(conf.local_dir()) / runtime.app_id
+        ha = None
+        if conf.is_set(STORAGE_DIR) and conf.get(BLOB_HA):
+            ha = HaBlobStore(runtime.storage, runtime.app_id)
+        self.depot = depot = BlobDepot(LocalBlobStore(self.local_app_dir / "blobs"), ha)
+        self.server = BlobServer(
+            host=runtime.context.driver_host, port=conf.get(BLOB_SERVER_PORT),
+            secret=runtime.context.auth_token, locate=depot.locate,
+            on_message=depot.handle_message,
+            max_connections=conf.get(BLOB_SERVER_MAX_CONNECTIONS),
+            max_frame=conf.get(BLOB_SERVER_MAX_FRAME), timeout=conf.get(BLOB_NETWORK_TIMEOUT))
+        _, port = self.server.start()
+        runtime.context = replace(runtime.context, server_port=port)
+        runtime.dispatcher.subscribe(self._on_event, "blobs")
+        if ha is not None:
+            registry = runtime.registry
+            try:
+                depot.adopt_foreign(dead_application_blobs(registry, runtime.app_id),
+                                    lambda rel: _still_dead(registry, rel))
+            except (OSError, StewardError) as exc:
+                log.warning("could not look for dead applications' blobs in %s: %s",
+                            runtime.storage.url, exc)
+        try:
+            sweep_local_folders(conf.local_dir(), runtime.registry, runtime.app_id)
+        except (OSError, StewardError) as exc:
+            log.warning("could not sweep %s for dead applications' folders: %s",
+                        conf.local_dir(), exc)
+        self._ticker = threading.Thread(target=self._tick_forever,
+                                        args=(conf.get(BLOB_RETENTION_INTERVAL),),
+                                        name="spark-steward-blob-cleanup", daemon=True)
+        self._ticker.start()
+        log.info("spark-steward blob server listening on %s:%d", runtime.context.driver_host,
+                 port)
+
+    def _tick_forever(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.tick()
+
+    def tick(self) -> None:
+        """One staged-cleanup period (the ticker calls this every retention interval)."""
+        if self.depot is not None:
+            try:
+                self.depot.tick()
+            except Exception:
+                log.exception("spark-steward blob cleanup period failed; retried next period")
+
+    def _on_event(self, event: SparkEvent) -> None:
+        depot = self.depot
+        if depot is None:
+            return
+        if isinstance(event, TaskEnd):
+            depot.task_ended(event.task_id, event.succeeded)
+        elif isinstance(event, JobStart):
+            depot.job_started(event.job_id, event.properties.get(SCOPE_PROPERTY)
+                              or APPLICATION_SCOPE, event.stage_ids)
+        elif isinstance(event, JobEnd):
+            depot.job_ended(event.job_id, event.succeeded)
+
+    def stop(self, runtime: "DriverRuntime") -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(10)
+        if self.server is not None:
+            self.server.close()
+        if self.depot is not None:
+            self.depot.end_application()
+        if self.local_app_dir is not None:
+            # The application's working dir on this host: blobs, caches, local state, manifest.
+            # Other hosts' go at the next start of an application there (or gc --local-dir).
+            shutil.rmtree(self.local_app_dir, ignore_errors=True)
+
+    # -- scopes ------------------------------------------------------------------------------
+
+    def _stack(self) -> list[Scope]:
+        stack: list[Scope] | None = getattr(self._threads, "stack", None)
+        if stack is None:
+            stack = self._threads.stack = []
+        return stack
+
+    def current_scope(self) -> str:
+        """The innermost open scope of this thread, else the application scope."""
+        stack = self._stack()
+        return stack[-1].id if stack else APPLICATION_SCOPE
+
+    def open_scope(self, name: str) -> Scope:
+        validate_scope_name(name)
+        assert self.depot is not None and self._runtime is not None
+        scope = Scope(self, f"{name}.{next(self._scope_numbers)}", name)
+        self.depot.open_scope(scope.id)
+        self._stack().append(scope)
+        self._runtime.sc.setLocalProperty(SCOPE_PROPERTY, scope.id)
+        return scope
+
+    def close_scope(self, scope: Scope) -> None:
+        """Ends ``scope`` on this thread; its blobs go when its last job has ended."""
+        assert self.depot is not None and self._runtime is not None
+        stack = self._stack()
+        if scope.closed:
+            raise ScopeError(f"scope {scope.id} is already closed")
+        if scope not in stack:
+            raise ScopeError(f"scope {scope.id} was opened on another thread; close it there")
+        while stack and stack[-1] is not scope:
+            inner = stack.pop()
+            log.warning("scope %s closed implicitly with its enclosing scope %s", inner.id,
+                        scope.id)
+            self._finish(inner)
+        stack.pop()
+        # None removes the property: jobs go back to the application scope.
+        self._runtime.sc.setLocalProperty(SCOPE_PROPERTY,
+                                          stack[-1].id if stack else None)  # type: ignore[arg-type]
+        self._finish(scope)
+
+    def _finish(self, scope: Scope) -> None:
+        assert self.depot is not None and self._runtime is not None
+        scope.closed = True
+        # Jobs that started in the scope must be known before deciding it has none running.
+        self._runtime.flush_events()
+        self.depot.close_scope(scope.id)
+
+    def scoped(self, name: str) -> Iterator[Scope]:
+        scope = self.open_scope(name)
+        try:
+            yield scope
+        finally:
+            if not scope.closed:
+                self.close_scope(scope)

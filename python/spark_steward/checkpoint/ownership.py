@@ -1,0 +1,190 @@
+"""Ownership of Spark's own reliable checkpoints (``sc.setCheckpointDir`` + ``df.checkpoint()``
+/ ``rdd.checkpoint()``) by the checkpoint store, for jobs that never heard of spark-steward.
+
+- The ``<dir>/<uuid>`` folder ``setCheckpointDir`` creates is registered as a pending
+  ``spark-context-dir`` checkpoint right away: every RDD checkpoint of the context is written
+  below it, so whatever is written later is owned before it is written.
+- Each checkpointed RDD gets its own entry (``spark-rdd``): pending when ``rdd.checkpoint()``
+  marks it, completed once its folder exists.
+- Spark's ContextCleaner (with ``spark.cleaner.referenceTracking.cleanCheckpoints``, turned on
+  here unless set) tries the delete once when nothing references the RDD; its
+  ``checkpointCleaned`` event makes the store discard the entry, retried until it is gone.
+- At ``spark.stop()`` every entry of the application is discarded; after a crash the next attach
+  or ``spark-steward gc`` does it (the application is dead).
+
+Nothing here changes what the user's calls return or raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Callable
+
+from spark_steward.checkpoint.store import CheckpointStore
+from spark_steward.config import CHECKPOINTS_TRANSPARENT
+from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
+                                                 CheckpointState, spark_series)
+from spark_steward.kernel.events import CheckpointCleaned, JobEnd, RddCleaned, SparkEvent
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from spark_steward.kernel.runtime import DriverRuntime
+
+log = logging.getLogger(__name__)
+
+class SparkCheckpointOwner:
+    """Listener of the checkpoint hooks; registers into ``store`` under ``_spark.<app id>``."""
+
+    def __init__(self, runtime: "DriverRuntime", store: CheckpointStore) -> None:
+        self.runtime = runtime
+        self.store = store
+        self.series = spark_series(runtime.app_id)
+        self._rdds: dict[int, CheckpointEntry] = {}
+        self._dirs: dict[str, CheckpointEntry] = {}
+        #: ``df.checkpoint()`` results the store served (replace-builtin), by their RDD's id
+        self._served: dict[int, CheckpointEntry] = {}
+        self._lock = threading.Lock()
+        self._unsubscribe: Callable[[], None] | None = None
+        self.active = False
+
+    def start(self) -> None:
+        from spark_steward.checkpoint import spark_checkpoints as hooks
+
+        if not self.runtime.conf.get(CHECKPOINTS_TRANSPARENT):
+            return
+        hooks.enable_clean_checkpoints(self.runtime.sc, self.runtime.bridge)
+        hooks.install_clean_watch(self.runtime.sc, self.runtime.bridge)
+        hooks.install_checkpoint_hooks(_Dispatch())
+        self._unsubscribe = self.runtime.dispatcher.subscribe(self._on_event,
+                                                              "spark-checkpoints")
+        self.active = True
+        # A checkpoint dir set before attach (explicit attach in a notebook) is owned from now.
+        existing = hooks.checkpoint_dir(self.runtime.sc)
+        if existing:
+            self.checkpoint_dir_set(self.runtime.sc, existing)
+
+    def stop(self) -> None:
+        """Discards every entry of this application (at ``spark.stop()``)."""
+        if not self.active:
+            return
+        self.active = False
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        for entry in self.store.entries(self.series):
+            self.store.discard(entry, "its application stopped")
+
+    def _on(self, sc: "SparkContext", session: "SparkSession | None" = None) -> bool:
+        """On for the DataFrame's own session when known, else pyspark's active one."""
+        return self.active and sc is self.runtime.sc and self.runtime.enabled_for(session)
+
+    # -- hook callbacks --------------------------------------------------------------------------
+
+    def checkpoint_dir_set(self, sc: "SparkContext", url: str) -> None:
+        if not self._on(sc):
+            return
+        with self._lock:
+            if url in self._dirs:
+                return
+            self._dirs[url] = self.store.begin(self.series, kind=CheckpointKind.SPARK_CONTEXT_DIR,
+                                               data=url)
+
+    def before_rdd_checkpoint(self, sc: "SparkContext", rdd_id: int, path: str | None) -> None:
+        if not self._on(sc) or path is None:
+            return
+        self._register(rdd_id, path, written=False)
+
+    def dataframe_checkpointed(self, sc: "SparkContext", rdd_id: int, path: str | None,
+                               written: bool, session: "SparkSession | None" = None) -> None:
+        if not self._on(sc, session) or path is None:
+            return
+        self._register(rdd_id, path, written=written)
+
+    def _register(self, rdd_id: int, path: str, *, written: bool) -> None:
+        with self._lock:
+            entry = self._rdds.get(rdd_id)
+            if entry is None:
+                entry = self.store.begin(self.series, kind=CheckpointKind.SPARK_RDD, data=path)
+            if written and entry.state is CheckpointState.PENDING:
+                entry = self.store.complete(entry)
+            self._rdds[rdd_id] = entry
+
+    # -- events ------------------------------------------------------------------------------
+
+    def serve(self, rdd_id: int, entry: CheckpointEntry) -> bool:
+        """Discards ``entry`` once Spark's cleaner cleans RDD ``rdd_id`` (which the caller has
+        registered with it); False when this owner is not listening (then it goes at stop)."""
+        if not self.active:
+            return False
+        with self._lock:
+            self._served[rdd_id] = entry
+        return True
+
+    def _on_event(self, event: SparkEvent) -> None:
+        if isinstance(event, RddCleaned):
+            with self._lock:
+                served = self._served.pop(event.rdd_id, None)
+            if served is not None:
+                self.store.discard(served, f"Spark's cleaner dropped RDD {event.rdd_id}, which "
+                                           "read it")
+        elif isinstance(event, CheckpointCleaned):
+            with self._lock:
+                entry = self._rdds.pop(event.rdd_id, None)
+            if entry is not None:
+                self.store.discard(entry, f"Spark's cleaner dropped RDD {event.rdd_id}")
+        elif isinstance(event, JobEnd):
+            self._complete_written()
+
+    def _complete_written(self) -> None:
+        """Lazily checkpointed RDDs are written by the first job that computes them."""
+        with self._lock:
+            waiting = [(rdd, e) for rdd, e in self._rdds.items()
+                       if e.state is CheckpointState.PENDING]
+        for rdd_id, entry in waiting:
+            try:
+                written = self.store.data_exists(entry)
+            except Exception as exc:  # noqa: BLE001 - a probe; the entry stays pending
+                log.debug("could not look at %s: %s", entry.data, exc)
+                continue
+            if written:
+                with self._lock:
+                    if self._rdds.get(rdd_id) is entry:
+                        self._rdds[rdd_id] = self.store.complete(entry)
+
+
+class _Dispatch:
+    """The hooks call this; it forwards to the owner of the current runtime, if any."""
+
+    @staticmethod
+    def _owner() -> SparkCheckpointOwner | None:
+        from spark_steward.kernel.runtime import current_runtime
+
+        runtime = current_runtime()
+        if runtime is None:
+            return None
+        try:
+            service = runtime.service("checkpoints")
+        except KeyError:
+            return None
+        return getattr(service, "spark_checkpoints", None)
+
+    def before_checkpoint_dir(self, sc: "SparkContext", requested_dir: str | None) -> None:
+        return None
+
+    def checkpoint_dir_set(self, sc: "SparkContext", actual_url: str | None) -> None:
+        owner = self._owner()
+        if owner is not None and actual_url:
+            owner.checkpoint_dir_set(sc, actual_url)
+
+    def before_rdd_checkpoint(self, sc: "SparkContext", rdd_id: int, path: str | None) -> None:
+        owner = self._owner()
+        if owner is not None:
+            owner.before_rdd_checkpoint(sc, rdd_id, path)
+
+    def dataframe_checkpointed(self, sc: "SparkContext", rdd_id: int, path: str | None,
+                               written: bool, session: "SparkSession | None" = None) -> None:
+        owner = self._owner()
+        if owner is not None:
+            owner.dataframe_checkpointed(sc, rdd_id, path, written, session)

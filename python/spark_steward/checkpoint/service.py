@@ -1,0 +1,293 @@
+"""The checkpoint service on the driver: Spark glue around
+:class:`~spark_steward.checkpoint.store.CheckpointStore`.
+
+At attach it builds the store on the storage dir and runs failover (FLIP-270): whatever a dead
+application left pending or marked for deletion is cleaned on the IO pool, orphaned data past
+``checkpoints.orphan-grace`` removed. It serves named series (:class:`CheckpointSeries`), owns
+Spark's own reliable checkpoints (:mod:`spark_steward.checkpoint.spark_checkpoints`), and at
+``spark.stop()`` waits up to ``cleanup.shutdown-timeout`` for outstanding cleanup.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_steward.checkpoint.store import CheckpointStore, Key
+from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
+from spark_steward.config import (CHECKPOINTS_MERGING, CHECKPOINTS_ORPHAN_GRACE,
+                                  CHECKPOINTS_RETAINED, CLEANUP_SHUTDOWN_TIMEOUT)
+from spark_steward.errors import CheckpointCorrupt, CheckpointError, StewardError
+from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
+                                                 CheckpointState, validate_series)
+from spark_steward.checkpoint.merging.dataframes import ARTIFACT_FORMAT as MERGED_FORMAT
+from spark_steward.checkpoint.merging.dataframes import restore_merged, save_merged
+from spark_steward.kernel.session import session_value
+from spark_steward.kernel.services import RuntimeService
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_steward.kernel.runtime import DriverRuntime
+
+log = logging.getLogger(__name__)
+
+ARTIFACT_FORMAT = "spark-steward-rows/1"
+
+
+def describe_key(key: Key) -> str:
+    series, number = key
+    return series[len("orphan:"):] if series.startswith("orphan:") else f"checkpoint {series}/{number}"
+
+
+class CheckpointService(RuntimeService):
+    name = "checkpoints"
+
+    def __init__(self) -> None:
+        self.store: CheckpointStore | None = None
+        self._runtime: DriverRuntime | None = None
+        self.spark_checkpoints: Any = None
+
+    def start(self, runtime: "DriverRuntime") -> None:
+        conf = runtime.conf
+        self._runtime = runtime
+        cleaner: RetryingCleaner[Key] = cleaner_from_conf(conf, "checkpoint-cleanup", describe_key)
+        self.store = CheckpointStore(runtime.storage, runtime.app_id, cleaner,
+                                     is_dead=runtime.registry.is_dead)
+        report = self.store.recover(conf.get(CHECKPOINTS_ORPHAN_GRACE))
+        if report.discarding or report.orphans:
+            log.info("spark-steward checkpoint failover: cleaning %d checkpoint(s) and %d "
+                     "orphaned folder(s) left by earlier applications; keeping %d",
+                     len(report.discarding), len(report.orphans), len(report.kept))
+        for path in report.corrupt:
+            log.warning("checkpoint entry %s could not be read or fails verification; its "
+                        "series' orphans are left alone (spark-steward checkpoints ls)",
+                        runtime.storage.url_of(path))
+        from spark_steward.checkpoint.ownership import SparkCheckpointOwner
+
+        self.spark_checkpoints = SparkCheckpointOwner(runtime, self.store)
+        self.spark_checkpoints.start()
+        from spark_steward.checkpoint.replace_builtin import install_builtin_checkpoint_hook
+
+        install_builtin_checkpoint_hook()
+
+    def before_context_stop(self, runtime: "DriverRuntime") -> None:
+        if self.spark_checkpoints is not None:
+            self.spark_checkpoints.stop()
+
+    def stop(self, runtime: "DriverRuntime") -> None:
+        store = self.store
+        if store is None:
+            return
+        for entry in store.entries():
+            if entry.app_id != runtime.app_id:
+                continue
+            if entry.state is CheckpointState.PENDING:
+                store.discard(entry, "its application stopped before it completed")
+            elif entry.kind is CheckpointKind.SPARK_DATAFRAME:
+                store.discard(entry, "its application stopped")
+        store.close(runtime.conf.get(CLEANUP_SHUTDOWN_TIMEOUT))
+
+    def checkpoint_dataframe(self, df: "DataFrame") -> "DataFrame":
+        """``df.checkpoint()`` with ``replace-builtin``: a merged save into the application's
+        ``_spark.<app id>`` series, returned as a DataFrame over the saved segments."""
+        from spark_steward.checkpoint.lifecycle import spark_series
+
+        store = self.require_store()
+        assert self._runtime is not None
+        series = spark_series(self._runtime.app_id)
+        number = save_merged(self._runtime, store, series, df, None,
+                             kind=CheckpointKind.SPARK_DATAFRAME)
+        entry = store.get_completed(series, number)
+        result = restore_merged(df.sparkSession, store, entry,
+                                store.metadata.read_artifact(series, number))
+        self._release_when_cleaned(result, entry)
+        return result
+
+    def _release_when_cleaned(self, df: "DataFrame", entry: CheckpointEntry) -> None:
+        """Registers the RDD that reads ``entry`` with Spark's ContextCleaner, so the entry is
+        discarded once nothing on the JVM references it (as Spark cleans its own checkpoints);
+        without the cleaner (or ``checkpoints.transparent=false``) it goes at stop."""
+        from spark_steward.checkpoint.spark_checkpoints import release_java
+
+        owner = self.spark_checkpoints
+        if owner is None or not owner.active:
+            return
+        sc = df.sparkSession.sparkContext
+        plan = df._jdf.queryExecution().logical()
+        rdd = cleaner = None
+        try:
+            if str(plan.nodeName()) != "LogicalRDD":
+                return
+            rdd = plan.rdd()
+            cleaner = sc._jsc.sc().cleaner()
+            if cleaner.isDefined() and owner.serve(int(rdd.id()), entry):
+                cleaner.get().registerRDDForCleanup(rdd)
+        finally:
+            release_java(sc._gateway, rdd, plan, cleaner)
+
+    # -- named series ------------------------------------------------------------------------
+
+    def require_store(self) -> CheckpointStore:
+        if self.store is None:
+            raise CheckpointError("the checkpoint store is not running (spark-steward detached)")
+        return self.store
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """One checkpoint of a series, as :meth:`CheckpointSeries.list` reports it."""
+
+    series: str
+    id: int
+    state: str
+    app_id: str
+    created_at: float
+    completed_at: float | None
+    rows: int | None
+    bytes: int | None
+
+
+class CheckpointSeries:
+    """A named series of DataFrame checkpoints: :meth:`save`, :meth:`latest`, :meth:`restore`,
+    :meth:`list`, :meth:`delete`. Build it with :func:`spark_steward.checkpoints`."""
+
+    def __init__(self, name: str, retained: int | None = None,
+                 spark: "SparkSession | None" = None) -> None:
+        self.name = validate_series(name, internal_ok=False)
+        if retained is not None and (not isinstance(retained, int) or retained < 1):
+            raise CheckpointError(f"retained={retained!r} for series {name!r} is not valid: "
+                                  "expected a whole number of at least 1")
+        self._retained = retained
+        self._spark = spark
+
+    def __repr__(self) -> str:
+        return f"CheckpointSeries({self.name!r})"
+
+    def _service(self, spark: "SparkSession | None") -> tuple["DriverRuntime", CheckpointService]:
+        from spark_steward.kernel.runtime import runtime_for
+
+        runtime = runtime_for(spark or self._spark)
+        return runtime, runtime.service("checkpoints")
+
+    def retained(self, runtime: "DriverRuntime") -> int:
+        return self._retained if self._retained is not None else \
+            runtime.conf.get(CHECKPOINTS_RETAINED)
+
+    def save(self, df: "DataFrame") -> int:
+        """Writes ``df`` from the executors, completes the checkpoint and returns its id.
+
+        The pending entry is durable before any data is written; a failed save is discarded
+        (repeatably) and re-raised. Older completed checkpoints beyond ``retained`` are subsumed.
+        With ``checkpoints.file-merging.enabled`` (the default) the partitions become segments
+        of a few physical files.
+        """
+        runtime, service = self._service(df.sparkSession)
+        store = service.require_store()
+        if session_value(df.sparkSession, CHECKPOINTS_MERGING,
+                         runtime.conf.get(CHECKPOINTS_MERGING)):
+            return save_merged(runtime, store, self.name, df, self.retained(runtime))
+        return self._save_files(runtime, store, df)
+
+    def _save_files(self, runtime: "DriverRuntime", store: CheckpointStore, df: "DataFrame"
+                    ) -> int:
+        """One checksummed file per partition (file merging off)."""
+        from spark_steward.checkpoint.data import hadoop_url, write_dataframe
+
+        entry = store.begin(self.name)
+        try:
+            data_url = hadoop_url(store.storage.url_of(entry.data))
+            files = write_dataframe(df, data_url)
+            _remove_unlisted(store, entry, {f.name for f in files})
+            artifact = {
+                "format": ARTIFACT_FORMAT, "series": entry.series, "id": entry.number,
+                "app_id": entry.app_id, "schema": df.schema.json(),
+                "files": [f.__dict__ for f in files],
+            }
+            done = store.complete(entry, artifact, rows=sum(f.rows for f in files),
+                                  bytes_=sum(f.bytes for f in files), files=len(files),
+                                  retained=self.retained(runtime))
+        except BaseException as exc:
+            store.discard(entry, f"save failed: {type(exc).__name__}")
+            raise
+        return done.number
+
+    def latest(self, spark: "SparkSession | None" = None) -> "DataFrame":
+        """The newest completed checkpoint as a DataFrame (also one an earlier application
+        wrote); CheckpointNotFound when the series has none."""
+        runtime, service = self._service(spark)
+        store = service.require_store()
+        store.refresh(self.name)
+        return self._read(runtime, store, store.latest(self.name), spark)
+
+    def restore(self, checkpoint_id: int, spark: "SparkSession | None" = None) -> "DataFrame":
+        """Completed checkpoint ``checkpoint_id`` of this series as a DataFrame."""
+        runtime, service = self._service(spark)
+        store = service.require_store()
+        store.refresh(self.name)
+        return self._read(runtime, store, store.get_completed(self.name, int(checkpoint_id)),
+                          spark)
+
+    def list(self, spark: "SparkSession | None" = None) -> "list[CheckpointInfo]":
+        """Every checkpoint of the series with its state, oldest first."""
+        _, service = self._service(spark)
+        store = service.require_store()
+        store.refresh(self.name)
+        return [CheckpointInfo(e.series, e.number, e.state.value, e.app_id, e.created_at,
+                               e.completed_at, e.rows, e.bytes)
+                for e in store.entries(self.name)]
+
+    def delete(self, spark: "SparkSession | None" = None) -> "builtins.list[int]":
+        """Discards every completed checkpoint of the series, repeatably on the cleanup pool
+        (for merged ones: every physical file no other checkpoint needs); returns their ids.
+        Saves still running are left to finish."""
+        _, service = self._service(spark)
+        store = service.require_store()
+        store.refresh(self.name)
+        doomed = [e for e in store.entries(self.name) if e.state is CheckpointState.COMPLETED]
+        for entry in doomed:
+            store.discard(entry, "its series was deleted")
+        return [e.number for e in doomed]
+
+    def _read(self, runtime: "DriverRuntime", store: CheckpointStore, entry: CheckpointEntry,
+              spark: "SparkSession | None") -> "DataFrame":
+        from pyspark.sql import SparkSession
+
+        from spark_steward.checkpoint.data import DataFile, hadoop_url, read_dataframe
+
+        session = spark or self._spark or SparkSession.getActiveSession()
+        if session is None:
+            raise CheckpointError("no active SparkSession to restore into")
+        artifact = store.metadata.read_artifact(entry.series, entry.number)
+        if artifact.get("format") == MERGED_FORMAT:
+            return restore_merged(session, store, entry, artifact)
+        try:
+            files = [DataFile(**f) for f in artifact["files"]]
+            schema = artifact["schema"]
+        except (KeyError, TypeError) as exc:
+            raise CheckpointCorrupt(f"checkpoint {entry.id}: artifact lacks {exc}") from None
+        sizes = {e.path.rsplit("/", 1)[-1]: e.size for e in store.storage.walk_files(entry.data)}
+        for f in files:
+            if f.name not in sizes:
+                raise CheckpointCorrupt(f"checkpoint {entry.id}: data file "
+                                        f"{store.storage.url_of(entry.data + '/' + f.name)} "
+                                        "is missing")
+            if sizes[f.name] != f.bytes:
+                raise CheckpointCorrupt(f"checkpoint {entry.id}: data file "
+                                        f"{store.storage.url_of(entry.data + '/' + f.name)} has "
+                                        f"{sizes[f.name]} bytes, recorded {f.bytes}")
+        return read_dataframe(session, hadoop_url(store.storage.url_of(entry.data)), files, schema)
+
+
+def _remove_unlisted(store: CheckpointStore, entry: CheckpointEntry, listed: set[str]) -> None:
+    """Files of task attempts that did not count (retries, speculation) go at once."""
+    for item in store.storage.walk_files(entry.data):
+        name = item.path.rsplit("/", 1)[-1]
+        if name not in listed:
+            try:
+                store.storage.delete(item.path)
+            except StewardError as exc:  # the folder goes with the checkpoint anyway
+                log.info("could not remove %s now: %s", item.path, exc)

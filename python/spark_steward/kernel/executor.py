@@ -1,0 +1,220 @@
+"""The executor runtime: created lazily inside a task, once per Python worker process.
+
+The executor context arrives with every task command (see :mod:`spark_steward.kernel.bootstrap`);
+installing it is a dictionary assignment. The runtime itself, with its working directory and the
+per-process components later capabilities add (blob cache, segment writer, local state), is built
+on first use. Sibling worker processes of one executor share the host-local directory and
+coordinate through it (file locks, atomic renames), never through memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
+
+from spark_steward.errors import NotInTask
+
+if TYPE_CHECKING:
+    from spark_steward.config import StewardConf
+    from spark_steward.storage import Storage
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ExecutorContext:
+    """What every task of one application needs to reach spark-steward; sent by broadcast.
+
+    The token authenticates executors to the driver's servers; it never goes into local
+    properties, which show up in the Spark UI and event logs.
+    """
+
+    app_id: str
+    storage_url: str
+    local_dir: str
+    auth_token: str = field(repr=False)
+    driver_host: str = ""
+    server_port: int | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+TaskHook = Callable[["TaskScope"], None]
+
+
+@dataclass
+class TaskScope:
+    """One task attempt running in this process; components hang per-task state on it."""
+
+    runtime: "ExecutorRuntime"
+    partition: int
+    attempt_id: int
+    stage_id: int
+    state: dict[str, Any] = field(default_factory=dict)
+    succeeded: bool = False
+
+
+class ExecutorRuntime:
+    """Per-process, per-application state on an executor."""
+
+    def __init__(self, context: ExecutorContext) -> None:
+        self.context = context
+        self.pid = os.getpid()
+        self.created_at = time.time()
+        self.work_dir = Path(context.local_dir) / context.app_id
+        self._components: dict[str, Any] = {}
+        # Reentrant: a component's factory may register task-end hooks.
+        self._lock = threading.RLock()
+        self._task_end_hooks: list[TaskHook] = []
+        self._task_start_hooks: list[Callable[[int], None]] = []
+        self.tasks_entered = 0
+        self.tasks_exited = 0
+
+    @cached_property
+    def conf(self) -> "StewardConf":
+        """The application's spark.steward.* settings, typed (validated on the driver)."""
+        from spark_steward.config import StewardConf
+
+        return StewardConf.from_pairs(self.context.conf.items(), warn_unknown=False)
+
+    @cached_property
+    def storage(self) -> "Storage":
+        """The application's storage dir, opened on first use in this process."""
+        from spark_steward.storage import Storage
+
+        return Storage.from_url(self.context.storage_url, **self.conf.storage_options())
+
+    def component(self, name: str, factory: Callable[["ExecutorRuntime"], T]) -> T:
+        """The process-wide component ``name``, built by ``factory`` on first use."""
+        with self._lock:
+            if name not in self._components:
+                self._components[name] = factory(self)
+            return self._components[name]  # type: ignore[no-any-return]
+
+    def on_task_end(self, hook: TaskHook) -> None:
+        """Runs ``hook`` when each task attempt in this process ends, however it ends."""
+        with self._lock:
+            self._task_end_hooks.append(hook)
+
+    def on_task_start(self, hook: Callable[[int], None]) -> None:
+        """Runs ``hook(task_attempt_id)`` when a new task's command reaches this process. A
+        worker runs one task at a time, so this also ends whatever the previous task held,
+        for tasks (UDFs) that no try/finally brackets."""
+        with self._lock:
+            self._task_start_hooks.append(hook)
+
+    def start_task(self, task_attempt_id: int) -> None:
+        for hook in list(self._task_start_hooks):
+            try:
+                hook(task_attempt_id)
+            except Exception:
+                log.exception("spark-steward task-start hook %r failed", hook)
+
+    def end_task(self, scope: TaskScope) -> None:
+        self.tasks_exited += 1
+        for hook in list(self._task_end_hooks):
+            try:
+                hook(scope)
+            except Exception:
+                log.exception("spark-steward task-end hook %r failed", hook)
+
+
+class _ProcessState:
+    """Module state, reset after fork so a forked worker never inherits its parent's runtime."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.context: ExecutorContext | None = None
+        self.context_task: int | None = None
+        self.runtimes: dict[str, ExecutorRuntime] = {}
+        self.lock = threading.Lock()
+
+
+_state = _ProcessState()
+
+
+def _reset_after_fork() -> None:
+    global _state
+    _state = _ProcessState()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _task_attempt_id() -> int | None:
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    return tc.taskAttemptId() if tc is not None else None
+
+
+def install_context(context: ExecutorContext) -> None:
+    """Makes ``context`` current for the running task (cheap; called for every task command).
+
+    The context belongs to the task whose command carried it: a reused worker that later runs
+    a task from a session with spark-steward off does not see it.
+    """
+    task = _task_attempt_id()
+    changed = task != _state.context_task
+    _state.context = context
+    _state.context_task = task
+    runtime = _state.runtimes.get(context.app_id)
+    if changed and task is not None and runtime is not None:
+        runtime.start_task(task)
+
+
+def current_context() -> ExecutorContext | None:
+    """The executor context of the running task, or None when its job did not carry one."""
+    context = _state.context
+    if context is not None and _state.context_task is not None \
+            and _task_attempt_id() != _state.context_task:
+        return None
+    return context
+
+
+def executor_runtime() -> ExecutorRuntime:
+    """The runtime of the current application in this process, created on first call.
+
+    Raises NotInTask outside a task that carries spark-steward's executor context.
+    """
+    context = current_context()
+    if context is None:
+        raise NotInTask(
+            "spark-steward is not active in this task: the job was not submitted from a "
+            "SparkSession with spark.steward.enabled=true, or this code runs outside a Spark task")
+    runtime = _state.runtimes.get(context.app_id)
+    if runtime is None:
+        with _state.lock:
+            runtime = _state.runtimes.get(context.app_id)
+            if runtime is None:
+                runtime = ExecutorRuntime(context)
+                _state.runtimes[context.app_id] = runtime
+                log.info("spark-steward executor runtime for %s started in pid %d",
+                         context.app_id, runtime.pid)
+    return runtime
+
+
+@contextmanager
+def task_scope() -> Iterator[TaskScope]:
+    """Brackets one task attempt: hooks run on success, failure or kill (try/finally)."""
+    from pyspark import TaskContext
+
+    runtime = executor_runtime()
+    tc = TaskContext.get()
+    scope = TaskScope(runtime,
+                      tc.partitionId() if tc else -1,
+                      tc.taskAttemptId() if tc else -1,
+                      tc.stageId() if tc else -1)
+    runtime.tasks_entered += 1
+    try:
+        yield scope
+        scope.succeeded = True
+    finally:
+        runtime.end_task(scope)

@@ -1,0 +1,81 @@
+"""The host-local working directory inside tasks: one :class:`WorkingDir` per process and
+application, recovered at its first use in the process, and the task API
+``spark_steward.local.state(name)``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+
+from spark_steward.applications import ApplicationRegistry, sweep_local_folders
+from spark_steward.config import HEARTBEAT_TIMEOUT, LOCAL_MAX_BYTES
+from spark_steward.errors import StewardError
+from spark_steward.local.fs import FileLock
+from spark_steward.local.stores import LocalState
+from spark_steward.local.working_dir import WorkingDir
+from spark_steward.kernel.executor import ExecutorRuntime, executor_runtime
+
+log = logging.getLogger(__name__)
+
+
+class ExecutorWorkingDir:
+    """One per Python worker process and application."""
+
+    def __init__(self, runtime: ExecutorRuntime) -> None:
+        self.runtime = runtime
+        self.work = WorkingDir(runtime.work_dir, runtime.context.app_id,
+                               max_bytes=runtime.conf.get(LOCAL_MAX_BYTES))
+        self._holds: dict[int, list[FileLock]] = defaultdict(list)
+        runtime.on_task_end(lambda scope: self.release_task(scope.attempt_id))
+        runtime.on_task_start(self._release_other_tasks)
+        self._sweep_dead_applications_once_per_host()
+        try:
+            self.work.recover()
+        except OSError as exc:
+            log.warning("could not recover %s: %s; left-overs stay until the next start",
+                        self.work.root, exc)
+
+    def _sweep_dead_applications_once_per_host(self) -> None:
+        """Removes what dead applications left on this host (their executors could not)."""
+        marker = self.runtime.work_dir / ".swept"
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            return
+        registry = ApplicationRegistry(self.runtime.storage,
+                                       heartbeat_timeout=self.runtime.conf.get(HEARTBEAT_TIMEOUT))
+        try:
+            sweep_local_folders(self.runtime.context.local_dir, registry,
+                                self.runtime.context.app_id)
+        except (OSError, StewardError) as exc:
+            log.warning("could not sweep %s for dead applications' folders: %s",
+                        self.runtime.context.local_dir, exc)
+
+    def hold_for_task(self, entry: str, task_id: int) -> None:
+        """Keeps ``entry`` from eviction and removal until task ``task_id`` ends."""
+        self._holds[task_id].append(self.work.hold(entry))
+
+    def release_task(self, task_id: int) -> None:
+        for lock in self._holds.pop(task_id, []):
+            lock.release()
+
+    def _release_other_tasks(self, running: int) -> None:
+        for task_id in [t for t in self._holds if t != running]:
+            self.release_task(task_id)
+
+
+def executor_working_dir() -> ExecutorWorkingDir:
+    """The working dir of the running task's application in this process."""
+    return executor_runtime().component("working-dir", ExecutorWorkingDir)
+
+
+def local_state(name: str) -> LocalState:
+    """``spark_steward.local.state(name)``: see :class:`~spark_steward.local.stores.LocalState`."""
+    from pyspark import TaskContext
+
+    work = executor_working_dir()
+    tc = TaskContext.get()
+    task = tc.taskAttemptId() if tc is not None else -1
+    return LocalState(work.work, name, hold=lambda entry: work.hold_for_task(entry, task))

@@ -1,1 +1,0 @@
-"""Spark glue: shim loading, the driver runtime, events, executor bootstrap, activation."""

@@ -1,0 +1,444 @@
+"""The cached-table service on the driver (FLIP-36): the catalog of every table cached in this
+application, and the resolver the shim's optimizer rule asks when a query reads one.
+
+A cached table's DataFrame is built on a marker leaf (``io.sparksteward.shim.CachedTables``).
+When Spark optimizes a query that contains one, the rule calls :meth:`TableService.resolve` on
+the thread that runs the query. The first time, that materializes the table: the store records
+it, the original plan is written as Parquet to the storage dir by a nested Spark job, and its
+manifest (files, sizes, rows, crc32c) is recorded. Every later query gets the folder to read
+after a quick check of the files against the manifest (one listing). Whatever goes wrong makes
+the query compute the original plan instead: missing or changed files are recomputed and
+materialized again, a table that does not fit ``cache.max-bytes`` is used uncached.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
+from spark_steward.config import (CACHE_MAX_BYTES, CACHE_ORPHAN_GRACE, CACHE_SHARED_RETENTION,
+                                  CLEANUP_SHUTDOWN_TIMEOUT, CLEANUP_THREADS)
+from spark_steward.errors import CacheError, StewardError
+from spark_steward.tables.lifecycle import (CacheUsage, TableEntry, choose_evictions,
+                                                 private_key, shared_key)
+from spark_steward.kernel.services import RuntimeService
+from spark_steward.kernel.session import session_value
+from spark_steward.tables.manifest import Manifest, build_manifest, find_problem
+from spark_steward.tables.store import Key, TableStore, describe
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from spark_steward.kernel.runtime import DriverRuntime
+
+log = logging.getLogger(__name__)
+
+TABLES_CLASS = "io.sparksteward.shim.CachedTables"
+#: How long invalidate() waits for the files to be gone before leaving it to the cleaner.
+INVALIDATE_WAIT = 30.0
+
+
+@dataclass(eq=False)
+class CatalogRecord:
+    """One ``cache()`` call: its original plan and, once materialized, what to read."""
+
+    table_id: str
+    source: "DataFrame"
+    shared: bool
+    session_uuid: str
+    description: str
+    entry: TableEntry | None = None
+    manifest: Manifest | None = None
+    last_used: float = 0.0
+    holders: int = 0  # live CachedTable objects (and transparently cached DataFrames)
+    closed: bool = False
+    warned_unshareable: bool = False
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+class _Resolver:
+    """The py4j callback the shim's rule calls (``java.util.function.Function``)."""
+
+    def __init__(self, service: "TableService") -> None:
+        self._service = weakref.ref(service)
+
+    def apply(self, request: str) -> str:
+        service = self._service()
+        return "source" if service is None else service.resolve(str(request))
+
+    class Java:
+        implements = ["java.util.function.Function"]
+
+
+class TableService(RuntimeService):
+    name = "tables"
+
+    def __init__(self) -> None:
+        self.store: TableStore | None = None
+        self._runtime: DriverRuntime | None = None
+        self._records: dict[str, CatalogRecord] = {}
+        self._lock = threading.Lock()
+        self._resolver: _Resolver | None = None
+        self._shim: Any = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self, runtime: "DriverRuntime") -> None:
+        conf = runtime.conf
+        self._runtime = runtime
+        cleaner: RetryingCleaner[Key] = cleaner_from_conf(conf, "table-cleanup", describe)
+        self.store = TableStore(runtime.storage, runtime.app_id, cleaner,
+                                is_dead=runtime.registry.is_dead,
+                                shared_retention=conf.get(CACHE_SHARED_RETENTION))
+        report = self.store.recover(conf.get(CACHE_ORPHAN_GRACE))
+        if report.discarding or report.orphans:
+            log.info("spark-steward cached tables: removing %d table(s) and %d orphaned path(s) "
+                     "left by earlier applications; keeping %d", len(report.discarding),
+                     len(report.orphans), len(report.kept))
+        from spark_steward.tables.hooks import install_table_hooks
+
+        install_table_hooks()
+
+    def _jvm_tables(self) -> Any:
+        """The shim's CachedTables class, with this service's resolver installed (lazily: a
+        job that never caches a table never starts py4j's callback server)."""
+        if self._shim is None:
+            from pyspark.java_gateway import ensure_callback_server_started
+
+            from spark_steward.kernel.shim_calls import shim_class
+
+            runtime = self._require_runtime()
+            sc = runtime.sc
+            ensure_callback_server_started(sc._gateway)
+            shim = shim_class(sc, TABLES_CLASS)
+            self._resolver = _Resolver(self)
+            shim.call("setResolver", self._resolver)
+            self._shim = shim
+        return self._shim
+
+    def before_context_stop(self, runtime: "DriverRuntime") -> None:
+        self._release_all()
+
+    def stop(self, runtime: "DriverRuntime") -> None:
+        self._release_all()  # an explicit detach() without spark.stop() lands here only
+        if self.store is not None:
+            self.store.close(runtime.conf.get(CLEANUP_SHUTDOWN_TIMEOUT))
+
+    def _release_all(self) -> None:
+        """Every table of the application goes; queries on them compute their plans."""
+        if self._shim is not None:
+            try:
+                self._shim.call("clearResolver")
+            except Exception as exc:  # the JVM is going away; nothing to resolve any more
+                log.debug("could not clear the cached-table resolver: %s", exc)
+        with self._lock:
+            records = list(self._records.values())
+            self._records.clear()
+        for record in records:
+            self._release(record, "its application stopped")
+
+    def _require_runtime(self) -> "DriverRuntime":
+        if self._runtime is None or self.store is None:
+            raise CacheError("the cached-table service is not running (spark-steward detached)")
+        return self._runtime
+
+    def _require_store(self) -> TableStore:
+        if self.store is None:
+            raise CacheError("the cached-table service is not running (spark-steward detached)")
+        return self.store
+
+    # -- the catalog ---------------------------------------------------------------------------
+
+    def register(self, df: "DataFrame", *, shared: bool) -> tuple[CatalogRecord, Any]:
+        """A new catalog record for ``df`` and the JVM DataFrame over its marker. Analysis only."""
+        from pyspark.sql import DataFrame
+
+        self._require_runtime()
+        session = df.sparkSession
+        table_id = uuid.uuid4().hex[:16]
+        source = DataFrame(df._jdf, session)
+        description = _describe(df)
+        marker = self._jvm_tables().call("marker", session._jsparkSession, table_id, df._jdf,
+                                         description)
+        record = CatalogRecord(table_id, source, shared,
+                               str(session._jsparkSession.sessionUUID()), description)
+        with self._lock:
+            self._records[table_id] = record
+        return record, marker
+
+    def fresh(self, jdf: Any) -> Any:
+        """``jdf`` with a query execution of its own (see ``CachedTables.fresh``)."""
+        return self._jvm_tables().call("fresh", jdf)
+
+    def hold(self, record: CatalogRecord, holder: object) -> None:
+        """``holder`` (a Python object) refers to the table until it is garbage collected:
+        tables with holders are not evicted."""
+        with record.lock:
+            record.holders += 1
+        weakref.finalize(holder, self._unhold, record)
+
+    @staticmethod
+    def _unhold(record: CatalogRecord) -> None:
+        with record.lock:
+            record.holders -= 1
+
+    def invalidate(self, record: CatalogRecord) -> None:
+        """Deletes the table's files now (waiting up to 30 s for the storage to confirm; after
+        that the cleaner keeps retrying); the next use materializes it again."""
+        with record.lock:
+            entry = record.entry
+            record.entry = record.manifest = None
+        if entry is not None:
+            self._release_entry(entry, "invalidated", wait=INVALIDATE_WAIT)
+
+    def close_session(self, session_uuid: str) -> int:
+        """Releases every table cached in one SparkSession; queries on them afterwards compute
+        their original plans. Returns how many were released."""
+        with self._lock:
+            records = [r for r in self._records.values() if r.session_uuid == session_uuid]
+            for record in records:
+                del self._records[record.table_id]
+        for record in records:
+            self._release(record, "its session was closed", wait=INVALIDATE_WAIT)
+        return len(records)
+
+    def _release(self, record: CatalogRecord, reason: str, wait: float = 0.0) -> None:
+        with record.lock:
+            record.closed = True
+            entry = record.entry
+            record.entry = record.manifest = None
+        if entry is not None:
+            self._release_entry(entry, reason, wait=wait)
+
+    def _release_entry(self, entry: TableEntry, reason: str, *, wait: float = 0.0) -> None:
+        store = self._require_store()
+        try:
+            submitted = store.release(entry, reason)
+        except StewardError as exc:
+            log.warning("could not release cached table %s (%s): %s; `spark-steward gc` "
+                        "removes it", entry.id, reason, exc)
+            return
+        if submitted and wait > 0:
+            deadline = time.monotonic() + wait
+            key: Key = (entry.key, entry.attempt)
+            while key in store.cleaner.outstanding() and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+    def has_tables(self) -> bool:
+        """Whether any table was cached in this application (its marker rule is in use)."""
+        return self._shim is not None
+
+    def records(self) -> list[CatalogRecord]:
+        with self._lock:
+            return list(self._records.values())
+
+    # -- resolving a query's read --------------------------------------------------------------
+
+    def resolve(self, request: str) -> str:
+        """What a query planned now reads for a table: ``files\\t<url>`` or ``source``.
+
+        ``request`` is ``<table id>\\t<run|explain>``. Never raises: a failure is logged and
+        the query computes the original plan.
+        """
+        table_id, _, mode = request.partition("\t")
+        with self._lock:
+            record = self._records.get(table_id)
+        if record is None:
+            log.warning("cached table %s was released (close() or the end of spark-steward); "
+                        "this query computes its original plan", table_id)
+            return "source"
+        try:
+            with record.lock:
+                url = self._usable_url(record)
+                if url is None and mode != "explain" and not record.closed:
+                    url = self._materialize(record)
+                if url is not None:
+                    record.last_used = time.time()
+                    return f"files\t{url}"
+                return "source"
+        except Exception as exc:
+            log.warning("cached table %s: %s; this query computes its original plan",
+                        table_id, _one_line(exc))
+            return "source"
+
+    def _usable_url(self, record: CatalogRecord) -> str | None:
+        store = self._require_store()
+        entry, manifest = record.entry, record.manifest
+        if entry is None or manifest is None:
+            return None
+        data_rel = store.data_rel(entry)
+        problem = find_problem(store.storage, data_rel, manifest, full=False)
+        if problem is None:
+            return self._read_url(record, data_rel)
+        log.warning("cached table %s (%s): %s; recomputing it from its original plan",
+                    entry.key, record.description, problem)
+        record.entry = record.manifest = None
+        self._release_entry(entry, f"its files failed verification: {problem}")
+        return None
+
+    def _hadoop_url(self, data_rel: str) -> str:
+        from spark_steward.kernel.shim_calls import hadoop_url
+
+        return hadoop_url(self._require_store().storage.url_of(data_rel), "cached tables",
+                          CacheError)
+
+    def _read_url(self, record: CatalogRecord, data_rel: str) -> str:
+        from spark_steward.tables.replicas import read_url
+
+        return read_url(self._require_runtime(), record.source.sparkSession,
+                        self._require_store().storage, data_rel)
+
+    def _materialize(self, record: CatalogRecord) -> str | None:
+        runtime = self._require_runtime()
+        store = self._require_store()
+        key = self._key_for(record)
+        if record.shared:
+            adopted = self._adopt(record, key)
+            if adopted is not None:
+                return adopted
+            existing = store.read_entry(key)
+            if existing is not None and not store.is_dead(existing.app_id):
+                # another live application is writing (or just wrote) it: do not race it
+                key = private_key(runtime.app_id, uuid.uuid4().hex[:12])
+        entry = store.begin(key, shared=key.startswith("s-"), description=record.description)
+        data_rel = store.data_rel(entry)
+        try:
+            self._write(record, self._hadoop_url(data_rel))
+            manifest = build_manifest(store.storage, data_rel, entry.key, entry.attempt,
+                                      record.source.schema.json(),
+                                      runtime.conf.get(CLEANUP_THREADS))
+        except BaseException:
+            store.discard(entry, "its materialization failed")
+            raise
+        if not self._make_room(record, manifest.bytes):
+            store.discard(entry, "it does not fit spark.steward.cache.max-bytes")
+            log.warning("cached table %s (%s, %d bytes) does not fit spark.steward.cache."
+                        "max-bytes=%d even after evicting every unreferenced cache; it is used "
+                        "uncached", entry.key, record.description, manifest.bytes,
+                        session_value(record.source.sparkSession, CACHE_MAX_BYTES,
+                                      runtime.conf.get(CACHE_MAX_BYTES)))
+            return None
+        try:
+            record.entry = store.complete(entry, manifest)
+        except StewardError:  # replaced or discarded meanwhile: this attempt's files go now
+            store.discard(entry, "it was replaced before it completed")
+            raise
+        record.manifest = manifest
+        log.info("materialized cached table %s (%s): %d rows, %d bytes in %d file(s)",
+                 entry.key, record.description, manifest.rows, manifest.bytes,
+                 len(manifest.files))
+        return self._read_url(record, data_rel)
+
+    def _adopt(self, record: CatalogRecord, key: str) -> str | None:
+        """Reuses the shared table ``key`` another application materialized, after verifying
+        every file against its crc32c (once per application)."""
+        store = self._require_store()
+        found = store.lookup(key)
+        if found is None:
+            return None
+        entry, manifest = found
+        data_rel = store.data_rel(entry)
+        store.add_user(key)
+        problem = find_problem(store.storage, data_rel, manifest, full=True,
+                               threads=self._require_runtime().conf.get(CLEANUP_THREADS))
+        if problem is not None:
+            log.warning("shared cached table %s: %s; materializing it again", key, problem)
+            store.discard(entry, f"its files failed verification: {problem}")
+            return None
+        record.entry, record.manifest = entry, manifest
+        log.info("reusing shared cached table %s (%s), materialized by %s", key,
+                 record.description, entry.app_id)
+        return self._read_url(record, data_rel)
+
+    def _key_for(self, record: CatalogRecord) -> str:
+        runtime = self._require_runtime()
+        if record.shared:
+            import hashlib
+
+            answer = str(self._jvm_tables().call("sharedIdentity", record.source._jdf))
+            status, _, text = answer.partition("\t")
+            if status == "ok":
+                return shared_key(hashlib.sha256(text.encode("utf-8")).hexdigest())
+            if not record.warned_unshareable:
+                record.warned_unshareable = True
+                log.warning("cached table %s (%s) is cached for this application only, not "
+                            "shared: %s", record.table_id, record.description, text)
+        return private_key(runtime.app_id, record.table_id)
+
+    def _write(self, record: CatalogRecord, url: str) -> None:
+        sc = self._require_runtime().sc
+        before = sc.getLocalProperty("spark.job.description")
+        sc.setJobDescription(f"spark-steward: materializing cached table {record.table_id} "
+                             f"({record.description})")
+        try:
+            record.source.write.mode("errorifexists").parquet(url)
+        finally:
+            sc.setJobDescription(before)  # type: ignore[arg-type]
+
+    def _make_room(self, record: CatalogRecord, incoming: int) -> bool:
+        """Evicts least recently used unreferenced tables until ``incoming`` bytes fit."""
+        limit = session_value(record.source.sparkSession, CACHE_MAX_BYTES,
+                              self._require_runtime().conf.get(CACHE_MAX_BYTES))
+        if limit <= 0:
+            return True
+        others = [r for r in self.records() if r is not record and r.entry is not None]
+        candidates = [CacheUsage(r.table_id, r.entry.bytes if r.entry else 0, r.last_used,
+                                 r.holders > 0 or _busy(r)) for r in others]
+        chosen = choose_evictions(candidates, sum(c.bytes for c in candidates), incoming, limit)
+        if chosen is None:
+            return False
+        by_id = {r.table_id: r for r in others}
+        for table_id in chosen:
+            victim = by_id[table_id]
+            if not victim.lock.acquire(blocking=False):  # being read or written right now
+                log.info("not evicting cached table %s: in use", victim.table_id)
+                continue
+            try:
+                entry = victim.entry
+                victim.entry = victim.manifest = None
+            finally:
+                victim.lock.release()
+            if entry is not None:
+                log.info("evicting cached table %s (%s, %d bytes, unreferenced, least recently "
+                         "used) to fit spark.steward.cache.max-bytes=%d", entry.key,
+                         victim.description, entry.bytes, limit)
+                self._release_entry(entry, "evicted to fit spark.steward.cache.max-bytes")
+        return True
+
+
+def _busy(record: CatalogRecord) -> bool:
+    """Whether another thread is resolving or materializing ``record`` now."""
+    if record.lock.acquire(blocking=False):
+        record.lock.release()
+        return False
+    return True
+
+
+def _describe(df: "DataFrame") -> str:
+    """A short text of the plan for ``cache ls`` and log lines: its top operators."""
+    try:
+        plan = df._jdf.queryExecution().analyzed()
+        names: list[str] = []
+        node = plan
+        while node is not None and len(names) < 4:
+            names.append(str(node.nodeName()))
+            children = node.children()
+            node = children.head() if children.nonEmpty() else None
+        return " <- ".join(names)[:200]
+    except Exception:  # a description is for humans; never fail a cache() for it
+        return ""
+
+
+def _one_line(exc: BaseException) -> str:
+    from spark_steward.kernel.shim_calls import java_message
+
+    if hasattr(exc, "java_exception"):
+        return java_message(exc)
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
