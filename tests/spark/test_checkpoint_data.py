@@ -17,7 +17,8 @@ from pyspark.sql import types as T
 
 from spark_steward.errors import CheckpointError
 from spark_steward.checkpoint.data import (DataFile, ensure_on_executors, hadoop_url,
-                                                 java_message, read_dataframe, write_dataframe)
+                                                 read_dataframe, write_dataframe)
+from spark_steward.kernel.jvm import java_message
 
 BLOCK = 1 << 20
 

@@ -1,52 +1,379 @@
-"""The one module that touches py4j and ``sc._jvm``.
+"""The one door to the JVM: the only module that imports py4j or reads pyspark's JVM handles
+(``sc._jvm``, ``sc._gateway``, ``sc._jsc``, ``df._jdf``, ``spark._jsparkSession``,
+``rdd._jrdd``).
 
-Everything crossing into the JVM goes through :class:`SparkJvm`; the rest of the package works
-with plain Python values. py4j types appear only under ``TYPE_CHECKING``.
+The shim offers Python one class, ``io.sparksteward.shim.PythonFacade``; :func:`call` invokes
+its static methods. It is reached straight through py4j when the shim is on the driver class
+path (the plugin or ``spark.jars``), else loaded from the jar by ONE ``URLClassLoader`` per
+SparkContext (cached per application) and called by reflection, so every shim class the driver
+uses lives in that one loader.
+
+Capabilities get opaque handles from the conversion helpers (:func:`dataframe_handle`,
+:func:`session_handle`, :func:`context_handle`, :func:`hadoop_conf`, ...), pass them to
+:func:`call` and wrap what comes back (:func:`to_dataframe`, :func:`to_rdd`). JVM failures
+become :class:`~spark_steward.errors.StewardError` subclasses in one place (:func:`translate`,
+``call(..., error=...)``) with the JVM's own words (:func:`java_message`), and
+:func:`release` drops py4j references early. py4j types appear only under ``TYPE_CHECKING``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
-from spark_steward.errors import SetupError
+from spark_steward.errors import SetupError, StewardError
 
 if TYPE_CHECKING:
     from py4j.java_gateway import JavaObject
-    from pyspark import SparkContext
+    from pyspark import RDD, SparkContext
+    from pyspark.serializers import Serializer
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
-BRIDGE_CLASS = "io.sparksteward.shim.EventBridge"
+FACADE_CLASS = "io.sparksteward.shim.PythonFacade"
 PLUGIN_CLASS = "io.sparksteward.shim.StewardPlugin"
 
+#: The prefix of every message the shim's Java code raises for users.
+JAVA_ERROR_PREFIX = "spark-steward: "
+
+_NO_JVM = ("the SparkContext has no JVM (stopped, or a Spark Connect client); "
+           "spark-steward needs a classic SparkContext")
+
+
+# -- the facade ---------------------------------------------------------------------------------
+
+class Facade:
+    """The static methods of ``PythonFacade`` for one SparkContext: straight through py4j when
+    the class is on the driver class path, else by reflection on the class loaded from the jar
+    (``jar``, or the jar :func:`spark_steward.kernel.shim.jar_path` finds)."""
+
+    def __init__(self, sc: "SparkContext", jar: str | None = None) -> None:
+        require_jvm(sc)
+        self.sc = sc
+        self._gateway: Any = cast(Any, sc._gateway)
+        self._direct: Any = _find_class(sc, FACADE_CLASS)
+        self._methods: dict[str, Any] = {}
+        self.jar: str | None = None
+        if self._direct is None:
+            jvm: Any = cast(Any, sc._jvm)
+            jar = jar or _jar_file(sc)
+            urls = self._gateway.new_array(jvm.java.net.URL, 1)
+            urls[0] = jvm.java.io.File(jar).toURI().toURL()
+            parent = sc._jsc.sc().getClass().getClassLoader()  # type: ignore[union-attr]
+            java_class = jvm.java.net.URLClassLoader(urls, parent).loadClass(FACADE_CLASS)
+            for method in java_class.getMethods():
+                self._methods[str(method.getName())] = method
+            self.jar = jar
+            log.info("spark-steward: loaded the JVM shim from %s (not on the driver class path: "
+                     "plugin not configured)", jar)
+
+    @property
+    def on_classpath(self) -> bool:
+        """Whether the shim is on the driver class path (not loaded from the jar by us)."""
+        return self._direct is not None
+
+    def call(self, method: str, *args: Any) -> Any:
+        if self._direct is not None:
+            return getattr(self._direct, method)(*args)
+        jvm: Any = self._gateway.jvm
+        array = self._gateway.new_array(jvm.java.lang.Object, len(args))
+        for i, arg in enumerate(args):
+            if hasattr(arg, "Java"):  # a Python callback: only a method call passes one over
+                jvm.java.lang.reflect.Array.set(array, i, arg)
+            else:
+                array[i] = arg
+        try:
+            return self._methods[method].invoke(None, array)
+        except Exception as exc:  # unwrap InvocationTargetException for the message
+            _unwrap_invocation(exc)
+            raise
+        finally:
+            release(array)
+
+
+_lock = threading.Lock()
+_facades: dict[str, Facade] = {}  # application id -> the facade of its SparkContext
+_on_executors: set[str] = set()  # application ids whose executors can load the shim
+
+
+def facade(sc: "SparkContext", jar: str | None = None) -> Facade:
+    """The facade of ``sc`` (created once per application; ``jar`` is used only then)."""
+    app = str(sc.applicationId)
+    with _lock:
+        found = _facades.get(app)
+        if found is None or found.sc is not sc:
+            found = _facades[app] = Facade(sc, jar)
+        return found
+
+
+def call(sc: "SparkContext", method: str, *args: Any,
+         error: type[StewardError] | None = None, what: str = "") -> Any:
+    """``PythonFacade.<method>(*args)`` for ``sc``. With ``error``, a JVM failure raises
+    ``error(f"{what}: {java_message}")`` (see :func:`translate`)."""
+    if error is None:
+        return facade(sc).call(method, *args)
+    with translate(error, what):
+        return facade(sc).call(method, *args)
+
+
+def shim_on_classpath(sc: "SparkContext") -> bool:
+    """Whether the shim's facade is on the driver class path (the plugin or ``spark.jars``)."""
+    return _find_class(sc, FACADE_CLASS) is not None
+
+
+def has_class(sc: "SparkContext", name: str) -> bool:
+    """Whether the JVM of ``sc`` can load class ``name`` through py4j."""
+    return _find_class(sc, name) is not None
+
+
+def _find_class(sc: "SparkContext", name: str) -> Any:
+    from py4j.java_gateway import JavaClass
+
+    obj: Any = sc._jvm
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj if isinstance(obj, JavaClass) else None
+
+
+def require_jvm(sc: Any) -> None:
+    """SetupError unless ``sc`` is a classic SparkContext with a live JVM."""
+    if (getattr(sc, "_jsc", None) is None or getattr(sc, "_jvm", None) is None
+            or getattr(sc, "_gateway", None) is None):
+        raise SetupError(_NO_JVM)
+
+
+# -- the shim on executors ----------------------------------------------------------------------
+
+def _jar_file(sc: "SparkContext") -> str:
+    from spark_steward.config import SHIM_JAR
+    from spark_steward.kernel.shim import jar_path
+
+    return str(jar_path(sc.getConf().get(SHIM_JAR.name, "") or ""))
+
+
+def _executors_have_jar(sc: "SparkContext") -> bool:
+    from spark_steward.kernel import shim_build
+
+    name = shim_build.JAR_NAME
+    listed = str(sc._jsc.sc().listJars().mkString("\n"))  # type: ignore[union-attr]
+    if any(entry.rsplit("/", 1)[-1] == name for entry in listed.splitlines()):
+        return True
+    extra = sc.getConf().get("spark.executor.extraClassPath", "") or ""
+    return name in extra
+
+
+def ensure_on_executors(sc: "SparkContext") -> None:
+    """Makes the shim jar loadable by this context's executors (``sc.addJar``) when it is not in
+    ``spark.jars`` or the executor class path. Idempotent; cheap after the first call."""
+    app = str(sc.applicationId)
+    with _lock:
+        if app in _on_executors:
+            return
+        if not _executors_have_jar(sc):
+            jar = _jar_file(sc)
+            log.info("spark-steward: adding %s to the executors", jar)
+            sc._jsc.sc().addJar(jar)  # type: ignore[union-attr]
+        _on_executors.add(app)
+
+
+# -- handles --------------------------------------------------------------------------------------
+
+def context_handle(sc: "SparkContext") -> Any:
+    """The JVM SparkContext (Scala's) of ``sc``."""
+    return sc._jsc.sc()  # type: ignore[union-attr]
+
+
+def hadoop_conf(sc: "SparkContext") -> Any:
+    """The Hadoop Configuration of ``sc`` (shipped to the executors with every job)."""
+    return sc._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+
+
+def session_handle(spark: "SparkSession") -> Any:
+    """The JVM SparkSession of ``spark``."""
+    return spark._jsparkSession  # type: ignore[attr-defined]
+
+
+def session_uuid(spark: "SparkSession") -> str:
+    """The JVM SparkSession's ``sessionUUID``."""
+    return str(spark._jsparkSession.sessionUUID())  # type: ignore[attr-defined]
+
+
+def is_classic(df: Any) -> bool:
+    """Whether ``df`` is a classic DataFrame, one with a JVM Dataset (not Spark Connect)."""
+    return getattr(df, "_jdf", None) is not None
+
+
+def dataframe_handle(df: "DataFrame") -> Any:
+    """The JVM Dataset of the classic DataFrame ``df``."""
+    return df._jdf  # type: ignore[attr-defined]
+
+
+def pop_dataframe_handle(df: "DataFrame") -> Any:
+    """Takes the JVM Dataset out of ``df``'s own attributes (to give ``df`` another class)."""
+    return df.__dict__.pop("_jdf")
+
+
+def put_dataframe_handle(df: "DataFrame", handle: Any) -> None:
+    """Stores ``handle`` as ``df``'s JVM Dataset in its own attributes."""
+    df.__dict__["_jdf"] = handle
+
+
+def to_dataframe(handle: Any, spark: "SparkSession") -> "DataFrame":
+    """A classic pyspark DataFrame over the JVM Dataset ``handle``."""
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    return DataFrame(handle, spark)
+
+
+def rdd_handle(rdd: "RDD[Any]") -> Any:
+    """The JavaRDD of ``rdd``."""
+    return rdd._jrdd
+
+
+def to_rdd(handle: Any, sc: "SparkContext", serializer: "Serializer | None" = None) -> "RDD[Any]":
+    """A pyspark RDD over the JavaRDD ``handle`` (raw ``bytes`` elements by default)."""
+    from pyspark.rdd import RDD
+    from pyspark.serializers import NoOpSerializer
+
+    return RDD(handle, sc, serializer if serializer is not None else NoOpSerializer())
+
+
+def ensure_callback_server(sc: "SparkContext") -> None:
+    """Starts py4j's callback server (needed to hand the JVM a Python object) once."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    ensure_callback_server_started(sc._gateway)
+
+
+def release(*objects: Any) -> None:
+    """Drops py4j's references to JVM objects now instead of at Python's next GC."""
+    for obj in objects:
+        if obj is not None and hasattr(obj, "_detach"):
+            try:
+                obj._detach()
+            except Exception:  # the gateway is gone: so is the reference
+                pass
+
+
+def option_value(option: Any) -> str | None:
+    """The value of a Scala ``Option`` as a string, None when empty; releases the option."""
+    try:
+        return str(option.get()) if option.isDefined() else None
+    finally:
+        release(option)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+def is_java_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure raised in the JVM (a py4j Java error)."""
+    from py4j.protocol import Py4JJavaError
+
+    return isinstance(exc, Py4JJavaError)
+
+
+@contextlib.contextmanager
+def translate(error: type[StewardError], what: str) -> Iterator[None]:
+    """Turns a JVM failure in the block into ``error(f"{what}: {java_message}")``."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        yield
+    except Py4JJavaError as exc:
+        raise error(f"{what}: {java_message(exc)}") from None
+
+
+def _unwrap_invocation(exc: BaseException) -> None:
+    from py4j.protocol import Py4JJavaError
+
+    if isinstance(exc, Py4JJavaError):
+        target = exc.java_exception
+        if "InvocationTargetException" in str(target.getClass().getName()) \
+                and target.getCause() is not None:
+            exc.java_exception = target.getCause()
+
+
+def java_message(exc: BaseException) -> str:
+    """The JVM's own words for a Py4JJavaError, one line, no stack trace: the spark-steward
+    message if one is in the chain (also inside a task failure), else the first line."""
+    texts: list[str] = []
+    java = getattr(exc, "java_exception", None)
+    seen = 0
+    while java is not None and seen < 20:
+        try:
+            texts.append(str(java.toString()))
+            java = java.getCause()
+        except Exception:  # a dead gateway: take what we have
+            break
+        seen += 1
+    if not texts:
+        texts.append(str(exc))
+    for text in texts:
+        at = text.find(JAVA_ERROR_PREFIX)
+        if at >= 0:
+            return text[at:].splitlines()[0].strip()
+    return texts[0].strip().splitlines()[0].strip() if texts[0].strip() else type(exc).__name__
+
+
+# -- Hadoop URLs ----------------------------------------------------------------------------------
+
+# fsspec protocol -> Hadoop scheme, where they differ.
+_HADOOP_SCHEMES = {"s3": "s3a", "s3n": "s3a", "gcs": "gs", "local": "file"}
+# fsspec protocols that no Hadoop FileSystem on an executor can write.
+_NOT_HADOOP = frozenset({"memory", "http", "https", "zip", "tar", "github", "git", "data",
+                         "reference", "cached", "simplecache", "filecache", "blockcache", "dir",
+                         "libarchive", "jupyter", "dask", "az"})
+
+
+def hadoop_url(storage_url: str, what: str = "checkpoint data",
+               error: type[StewardError] = StewardError) -> str:
+    """The URL Spark's executors open for the fsspec ``storage_url`` (``s3://`` is ``s3a://``);
+    ``error`` (naming ``what`` needs it) for storage only this process can see (``memory://``)."""
+    if "::" in storage_url:
+        raise error(
+            f"{what} needs a filesystem Spark's executors can write: {storage_url} is a "
+            "chained fsspec URL; use the underlying URL (file://, hdfs://, s3a://, gs://, ...)")
+    if "://" not in storage_url:
+        return Path(os.path.abspath(storage_url)).as_uri()
+    scheme, rest = storage_url.split("://", 1)
+    scheme = scheme.lower()
+    if scheme in _NOT_HADOOP:
+        raise error(
+            f"{what} needs a filesystem Spark's executors can write: {storage_url} "
+            f"({scheme}://) is not one; set spark.steward.storage.dir to a file://, hdfs://, "
+            "s3a://, gs:// or abfss:// URL all executors share")
+    return f"{_HADOOP_SCHEMES.get(scheme, scheme)}://{rest}"
+
+
+# -- the driver runtime's view ------------------------------------------------------------------
 
 class EventBridgeHandle:
     """Python side of the shim's EventBridge: drain batches (which carry the counters), flush."""
 
-    def __init__(self, java_bridge: "JavaObject", *, from_plugin: bool) -> None:
+    def __init__(self, shim: Facade, java_bridge: "JavaObject", *, from_plugin: bool) -> None:
+        self._shim = shim
         self._bridge = java_bridge
         self.from_plugin = from_plugin
 
     def drain(self, max_events: int, wait_millis: int) -> str:
-        return str(self._bridge.drain(max_events, wait_millis))
+        return str(self._shim.call("drainEvents", self._bridge, max_events, wait_millis))
 
     def flush(self, timeout_millis: int) -> int:
         """Waits for Spark's listener bus to hand over every posted event; -1 on timeout."""
-        return int(self._bridge.flush(timeout_millis))
+        return int(self._shim.call("flushEvents", self._bridge, timeout_millis))
 
 
 class SparkJvm:
-    """JVM access for one SparkContext."""
+    """JVM facts and the event bridge for one SparkContext (the driver runtime's view)."""
 
     def __init__(self, sc: "SparkContext") -> None:
-        if (getattr(sc, "_jsc", None) is None or getattr(sc, "_jvm", None) is None
-                or getattr(sc, "_gateway", None) is None):
-            raise SetupError("the SparkContext has no JVM (stopped, or a Spark Connect client); "
-                             "spark-steward needs a classic SparkContext")
+        require_jvm(sc)
         self.sc = sc
-        self._jvm: Any = sc._jvm
-        self._gateway: Any = sc._gateway
 
     # -- facts -----------------------------------------------------------------------------
 
@@ -54,10 +381,10 @@ class SparkJvm:
         return [(str(k), str(v)) for k, v in self.sc.getConf().getAll()]
 
     def has_plugin_api(self) -> bool:
-        return self._find_class("org.apache.spark.api.plugin.SparkPlugin") is not None
+        return has_class(self.sc, "org.apache.spark.api.plugin.SparkPlugin")
 
     def shim_on_classpath(self) -> bool:
-        return self._find_class(BRIDGE_CLASS) is not None
+        return shim_on_classpath(self.sc)
 
     def driver_host(self) -> str:
         return str(self.sc.getConf().get("spark.driver.host", "127.0.0.1"))
@@ -67,35 +394,13 @@ class SparkJvm:
     def event_bridge(self, jar_path: str | None) -> EventBridgeHandle:
         """The bridge the plugin installed, else installs one now (from ``jar_path`` if the
         shim is not on the driver classpath). Events before a late install are not seen."""
-        java_class = self._find_class(BRIDGE_CLASS)
-        if java_class is not None:
-            before = java_class.current()
-            bridge = java_class.install(self.sc._jsc.sc())  # idempotent per SparkContext
-            return EventBridgeHandle(bridge, from_plugin=before is not None and before.equals(bridge))
-        if not jar_path:
+        if not self.shim_on_classpath() and not jar_path:
             raise SetupError(
-                f"the JVM shim class {BRIDGE_CLASS} is not on the driver classpath and no jar was "
-                "found; add `--conf spark.jars=$(spark-steward jar)` or reinstall spark-steward")
-        return EventBridgeHandle(self._install_from_jar(jar_path), from_plugin=False)
-
-    def _install_from_jar(self, jar_path: str) -> "JavaObject":
-        jvm, gw = self._jvm, self._gateway
-        urls = gw.new_array(jvm.java.net.URL, 1)
-        urls[0] = jvm.java.io.File(jar_path).toURI().toURL()
-        parent = self.sc._jsc.sc().getClass().getClassLoader()
-        loader = jvm.java.net.URLClassLoader(urls, parent)
-        java_class = loader.loadClass(BRIDGE_CLASS)
-        arg_types = gw.new_array(jvm.java.lang.Class, 1)
-        arg_types[0] = self.sc._jsc.sc().getClass()
-        args = gw.new_array(jvm.java.lang.Object, 1)
-        args[0] = self.sc._jsc.sc()
-        log.info("spark-steward: loaded the JVM shim from %s (plugin not configured)", jar_path)
-        return java_class.getMethod("install", arg_types).invoke(None, args)
-
-    def _find_class(self, name: str) -> Any:
-        from py4j.java_gateway import JavaClass
-
-        obj: Any = self._jvm
-        for part in name.split("."):
-            obj = getattr(obj, part)
-        return obj if isinstance(obj, JavaClass) else None
+                f"the JVM shim class {FACADE_CLASS} is not on the driver classpath and no jar "
+                "was found; add `--conf spark.jars=$(spark-steward jar)` or reinstall "
+                "spark-steward")
+        shim = facade(self.sc, jar_path)
+        jsc = context_handle(self.sc)
+        before = bool(shim.call("eventBridgeInstalled", jsc))
+        bridge = shim.call("installEventBridge", jsc)  # idempotent per SparkContext
+        return EventBridgeHandle(shim, bridge, from_plugin=before and shim.on_classpath)

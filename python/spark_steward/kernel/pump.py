@@ -1,6 +1,6 @@
 """Moves event batches from the JVM shim to the dispatcher on one daemon thread.
 
-One py4j call carries up to ``batch_size`` events and waits in the JVM up to ``poll_millis`` for
+One call into the JVM carries up to ``batch_size`` events and waits in the JVM up to ``poll_millis`` for
 the first one, so an idle application costs one cheap call per poll interval and a busy one a
 call per batch.
 """
@@ -43,7 +43,7 @@ class EventPump:
         while not self._stop.is_set():
             try:
                 got = self._drain_once(self.poll_millis)
-            except Exception as exc:  # py4j errors once the JVM is gone
+            except Exception as exc:  # gateway errors once the JVM is gone
                 if self._stop.is_set():
                     return
                 self.jvm_lost = True
@@ -51,7 +51,7 @@ class EventPump:
                 return
             if 0 < got < self.batch_size:
                 # Let events accumulate: a few large batches cost far less CPU (on a busy
-                # driver) than a py4j round trip per handful of events. Latency stays within
+                # driver) than a JVM round trip per handful of events. Latency stays within
                 # one poll interval; a full batch is drained again at once.
                 self._stop.wait(self.poll_millis / 1000)
 

@@ -43,11 +43,11 @@ import scala.jdk.javaapi.CollectionConverters;
 import scala.runtime.AbstractPartialFunction;
 
 /**
- * The facade Python uses for cached tables: builds the marker DataFrame of a cached table,
+ * Cached tables, called by Python through {@link PythonFacade}: builds the marker DataFrame of a cached table,
  * installs the rule that replaces it, holds the driver runtime's resolver and computes the
  * identity of a plan for caches shared across applications.
  */
-public final class CachedTables {
+final class CachedTables {
   static final String ERROR_PREFIX = "spark-steward: ";
   /** Set by Python's DataFrame.explain on its thread: plan without materializing. */
   static final String EXPLAIN_PROPERTY = "spark.steward.cache.explain";

@@ -22,9 +22,10 @@ import scala.Option;
  * cleaner: the bridge's buffer drops (and counts) instead of waiting.
  *
  * <p>Python calls {@link #install} and, when it wants Spark to clean, {@link
- * #enableCleanCheckpoints} at attach ({@code spark_steward.spark.spark_checkpoints}).
+ * #enableCleanCheckpoints} at attach ({@code spark_steward.checkpoint.spark_checkpoints}), through
+ * {@link PythonFacade}.
  */
-public final class CheckpointCleanWatch {
+final class CheckpointCleanWatch {
   static final String CLEAN_CHECKPOINTS = "spark.cleaner.referenceTracking.cleanCheckpoints";
   static final String EVENT = "checkpoint_cleaned";
   static final String RDD_EVENT = "rdd_cleaned";

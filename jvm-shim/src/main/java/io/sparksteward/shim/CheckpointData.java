@@ -66,7 +66,7 @@ import org.apache.spark.util.TaskCompletionListener;
  * attempts delete their file when they can; retried or speculative attempts may leave files
  * under other names: only the records {@link #write} returns count.
  */
-public final class CheckpointData {
+final class CheckpointData {
   static final int VERSION = 1;
   static final int FILE_HEADER = 12;
   static final int BLOCK_HEADER = 12;

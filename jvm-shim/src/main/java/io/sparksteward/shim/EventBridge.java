@@ -5,11 +5,11 @@ import java.util.List;
 import org.apache.spark.SparkContext;
 
 /**
- * The one class Python talks to. Python pulls batches with {@link #drain}: a plain call from
- * Python into the JVM, so no py4j callback server is needed and Spark's listener thread never
- * waits for Python.
+ * Hands Spark's events to Python. Python pulls batches with {@link #drain} (through {@link
+ * PythonFacade#drainEvents}): a plain call from Python into the JVM, so no py4j callback server
+ * is needed and Spark's listener thread never waits for Python.
  */
-public final class EventBridge {
+final class EventBridge {
   static final String CAPACITY_KEY = "spark.steward.events.buffer-capacity";
   static final int DEFAULT_CAPACITY = 100_000;
   private static final String QUEUE = "steward";
@@ -50,6 +50,11 @@ public final class EventBridge {
   /** The bridge of the current SparkContext, or null when none was installed. */
   public static EventBridge current() {
     return current;
+  }
+
+  /** Whether this bridge serves {@code context}. */
+  boolean serves(SparkContext context) {
+    return sc == context;
   }
 
   /** Returns {@code {"dropped","accepted","stopped","events":[...]}} as one JSON string. */

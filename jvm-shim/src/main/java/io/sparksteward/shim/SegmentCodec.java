@@ -68,7 +68,7 @@ import org.apache.spark.util.TaskCompletionListener;
  * <p>Arrow memory comes from child allocators of Spark's root allocator, closed at the end of a
  * stream and (if still open) when the task completes: killed or failed tasks leak none.
  */
-public final class SegmentCodec {
+final class SegmentCodec {
   static final String ERROR = "spark-steward: checkpoint segment ";
 
   private SegmentCodec() {}

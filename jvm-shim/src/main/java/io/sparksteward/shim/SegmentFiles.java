@@ -36,7 +36,7 @@ import org.apache.spark.util.TaskCompletionListener;
  * the action) with an error naming the checkpoint, the partition, the file and the byte range,
  * worded like the Python reader's.
  */
-public final class SegmentFiles {
+final class SegmentFiles {
   static final int PIECE = 4 << 20;
 
   private SegmentFiles() {}

@@ -1,0 +1,141 @@
+package io.sparksteward.shim;
+
+import java.io.IOException;
+import java.util.function.Function;
+
+import org.apache.spark.SparkContext;
+import org.apache.spark.api.java.JavaRDD;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.sql.classic.SparkSession;
+
+/**
+ * The only class of the shim Python calls ({@code spark_steward.kernel.jvm}): one static method
+ * per operation, each delegating to the class that implements it. Python reaches it straight
+ * through py4j when the shim is on the driver class path (the plugin or {@code spark.jars}),
+ * else by reflection on this class loaded from the jar by one class loader per SparkContext, so
+ * every class of the shim the driver uses lives in that one loader. Method names are unique (no
+ * overloads): the reflective path finds methods by name.
+ *
+ * <p>Objects returned here ({@link EventBridge}, Datasets, RDDs) are handles for Python to pass
+ * back; Python calls no method of the other shim classes. Spark and Hadoop instantiate {@link
+ * StewardPlugin} and {@link ReplicaFileSystem} by name, which is why they stay public.
+ */
+public final class PythonFacade {
+
+  private PythonFacade() {}
+
+  // -- events (EventBridge) ----------------------------------------------------------------------
+
+  /** Installs the event listener for {@code sc} once and returns its bridge (idempotent). */
+  public static EventBridge installEventBridge(SparkContext sc) {
+    return EventBridge.install(sc);
+  }
+
+  /** The bridge of the current SparkContext, or null when none was installed. */
+  public static EventBridge currentEventBridge() {
+    return EventBridge.current();
+  }
+
+  /**
+   * Whether a bridge serving {@code sc} is installed already (by the plugin at context start, or
+   * an earlier attach): {@link #installEventBridge} then returns that one.
+   */
+  public static boolean eventBridgeInstalled(SparkContext sc) {
+    EventBridge bridge = EventBridge.current();
+    return bridge != null && bridge.serves(sc);
+  }
+
+  /** Up to {@code max} events as one JSON batch; waits up to {@code waitMillis} for the first. */
+  public static String drainEvents(EventBridge bridge, int max, long waitMillis)
+      throws InterruptedException {
+    return bridge.drain(max, waitMillis);
+  }
+
+  /** Waits for Spark's listener bus to hand over every posted event; -1 on timeout. */
+  public static long flushEvents(EventBridge bridge, long timeoutMillis) {
+    return bridge.flush(timeoutMillis);
+  }
+
+  // -- Spark's own checkpoints (CheckpointCleanWatch) --------------------------------------------
+
+  /** Attaches the checkpoint clean watch to {@code sc}'s ContextCleaner; false without one. */
+  public static boolean installCleanWatch(SparkContext sc) {
+    return CheckpointCleanWatch.install(sc);
+  }
+
+  /** Whether {@link #installCleanWatch} has attached the watch to {@code sc}. */
+  public static boolean cleanWatchInstalled(SparkContext sc) {
+    return CheckpointCleanWatch.installed(sc);
+  }
+
+  /** Turns Spark's cleaning of checkpoints on unless the user set it; whether it is on now. */
+  public static boolean enableCleanCheckpoints(SparkContext sc) {
+    return CheckpointCleanWatch.enableCleanCheckpoints(sc);
+  }
+
+  // -- checkpoint data (CheckpointData) ------------------------------------------------------------
+
+  /** Writes every partition of {@code df} into {@code dirUrl}; the JSON records of the files. */
+  public static String writeCheckpointData(Dataset<Row> df, String dirUrl, String attemptTag) {
+    return CheckpointData.write(df, dirUrl, attemptTag);
+  }
+
+  /** A DataFrame over checkpoint data files listed in {@code files} (lazy). */
+  public static Dataset<Row> readCheckpointData(SparkSession spark, String dirUrl, String files,
+      String schemaJson) {
+    return CheckpointData.read(spark, dirUrl, files, schemaJson);
+  }
+
+  // -- cached tables (CachedTables) ----------------------------------------------------------------
+
+  /** Makes {@code resolver} the driver runtime's answer for cached-table queries. */
+  public static void setTableResolver(Function<String, String> resolver) {
+    CachedTables.setResolver(resolver);
+  }
+
+  /** Drops the resolver: queries compute cached tables' original plans. */
+  public static void clearTableResolver() {
+    CachedTables.clearResolver();
+  }
+
+  /** A DataFrame over the marker of cached table {@code id} with the rows of {@code source}. */
+  public static Dataset<Row> tableMarker(SparkSession session, String id, Dataset<Row> source,
+      String description) {
+    return CachedTables.marker(session, id, source, description);
+  }
+
+  /** {@code ds} with a query execution of its own. */
+  public static Dataset<Row> freshDataset(Dataset<Row> ds) {
+    return CachedTables.fresh(ds);
+  }
+
+  /** The id of the cached table {@code ds} is directly built on, or null. */
+  public static String tableMarkerId(Dataset<Row> ds) {
+    return CachedTables.markerId(ds);
+  }
+
+  /** "ok\t" and the identity of {@code ds}'s plan for shared caches, or "unsupported\t" why. */
+  public static String sharedTableIdentity(Dataset<Row> ds) throws IOException {
+    return CachedTables.sharedIdentity(ds);
+  }
+
+  // -- file-merged checkpoints (SegmentCodec, SegmentFiles) ------------------------------------
+
+  /** The partitions of {@code df} as Arrow IPC streams in pieces of {@code chunkBytes}. */
+  public static JavaRDD<byte[]> encodeSegments(Dataset<Row> df, int chunkBytes) {
+    return SegmentCodec.encode(df, chunkBytes);
+  }
+
+  /** A DataFrame of {@code schemaJson} over Arrow IPC streams, one per partition (lazy). */
+  public static Dataset<Row> decodeSegments(SparkSession spark, JavaRDD<byte[]> streams,
+      String schemaJson) {
+    return SegmentCodec.decode(spark, streams, schemaJson);
+  }
+
+  /** A DataFrame over segments read by the executors' JVMs from Hadoop-readable files. */
+  public static Dataset<Row> readSegmentFiles(SparkSession spark, String listing,
+      String schemaJson, String label) {
+    return SegmentFiles.read(spark, listing, schemaJson, label);
+  }
+}
