@@ -224,7 +224,7 @@ def main() -> int:
         import spark_steward
         from pyspark import SparkContext
         from spark_steward.blob.client import BlobClient
-        from spark_steward.blob.stores import crc_of_file
+        from spark_steward.checksum import crc_of_file
 
         original = tmp / "data.bin"
         write_random(original, size)

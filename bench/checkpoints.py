@@ -203,7 +203,7 @@ def leftovers(root: Path) -> tuple[int, int]:
 
 def steward_cleanup(tmp: Path, count: int, fail_share: float, seed: int) -> dict[str, Any]:
     from spark_steward.checkpoint import metadata as layout
-    from spark_steward.checkpoint.store import CheckpointStore, Key
+    from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
     from spark_steward.cleaner import RetryingCleaner
     from spark_steward.lifecycle.retry import RetryStrategy
 
@@ -213,7 +213,7 @@ def steward_cleanup(tmp: Path, count: int, fail_share: float, seed: int) -> dict
     doomed = random.Random(seed).sample(range(1, count + 1), round(count * fail_share))
     fail_first = {str(root / layout.data_path(SERIES, n)) for n in doomed}
     storage, fs = flaky_storage(root, fail_first)
-    cleaner: RetryingCleaner[Key] = RetryingCleaner(RetryStrategy.exponential(0.01, 0.1),
+    cleaner: RetryingCleaner[CheckpointCleanup] = RetryingCleaner(RetryStrategy.exponential(0.01, 0.1),
                                                     name="bench-cleanup")
     store = CheckpointStore(storage, app_id, cleaner, is_dead=lambda app: False)
     store.refresh(SERIES)

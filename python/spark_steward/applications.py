@@ -10,11 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import socket
 import time
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from spark_steward.errors import RecordCorrupt, StewardError
@@ -182,33 +180,3 @@ class ApplicationRegistry:
         return {name: self.storage.usage(f"{base}/{name}")
                 for name in self.storage.list_names(base)}
 
-
-def dead_local_folders(local_dir: str | os.PathLike[str], registry: ApplicationRegistry,
-                       own_app: str) -> list[Path]:
-    """``<local dir>/<appId>`` folders on this host whose applications are no longer alive.
-
-    Only applications with a readable record in ``registry``'s storage are judged; a folder
-    without one (another storage dir's application, say) is never touched.
-    """
-    root = Path(local_dir)
-    try:
-        names = sorted(p.name for p in root.iterdir() if p.is_dir())
-    except FileNotFoundError:
-        return []
-    dead = []
-    for name in names:
-        if name != own_app and _APP_ID.fullmatch(name) and registry.is_dead(name):
-            dead.append(root / name)
-    return dead
-
-
-def sweep_local_folders(local_dir: str | os.PathLike[str], registry: ApplicationRegistry,
-                        own_app: str) -> list[Path]:
-    """Removes the host-local folders of dead applications; returns what was removed."""
-    removed = []
-    for folder in dead_local_folders(local_dir, registry, own_app):
-        shutil.rmtree(folder, ignore_errors=True)
-        if not folder.exists():
-            removed.append(folder)
-            log.info("removed %s: its application is no longer alive", folder)
-    return removed

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import mmap
+import os
 from typing import BinaryIO
 
 import crc32c as _crc32c
 
 CHUNK = 4 << 20
+#: Read size of :func:`crc_of_file` when a file cannot be mapped.
+FILE_CHUNK = 8 << 20
 
 
 def crc32c_of(data: bytes | bytearray | memoryview, value: int = 0) -> int:
@@ -25,6 +29,36 @@ def crc32c_stream(stream: BinaryIO, chunk: int = CHUNK) -> tuple[int, int]:
             return value, size
         value = crc32c_of(view[:n], value)
         size += n
+
+
+def crc_of_file(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """``(crc32c, size)`` of a file.
+
+    A read-only mapping lets crc32c run over the page cache without copying it (about the raw
+    crc32c speed; a read loop costs a quarter more). Files checked here (blobs, working-dir
+    files) are only ever replaced by rename, never truncated in place, so the mapping cannot
+    lose its pages under us.
+    """
+    with open(path, "rb", buffering=0) as src:
+        size = os.fstat(src.fileno()).st_size
+        if size == 0:
+            return 0, 0
+        try:
+            with mmap.mmap(src.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                return _crc32c.crc32c(mapped), len(mapped)
+        except (OSError, ValueError):
+            pass  # not mappable (a special file): stream it
+        crc = 0
+        size = 0
+        buf = bytearray(FILE_CHUNK)
+        view = memoryview(buf)
+        while True:
+            n = src.readinto(buf)  # type: ignore[attr-defined]
+            if not n:
+                break
+            crc = _crc32c.crc32c(view[:n], crc)
+            size += n
+        return crc, size
 
 
 def format_crc(value: int) -> str:

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Generic, Hashable, TypeVar
 
 from spark_steward.lifecycle.cleanup_schedule import CleanupSchedule
@@ -25,7 +26,33 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
+V = TypeVar("V", int, str)
 Action = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class EntryKey(Generic[V]):
+    """A cleaner's key for discarding one recorded entry: ``name`` is a checkpoint series or a
+    cached table key, ``version`` the checkpoint's number or the table's attempt."""
+
+    name: str
+    version: V
+
+    def describe(self) -> str:
+        return f"{self.name}/{self.version}"
+
+
+@dataclass(frozen=True)
+class OrphanKey:
+    """A cleaner's key for deleting ``path`` (relative to the storage root), which no entry owns.
+    ``round`` tells apart repeated sweeps of one path (a merged series is swept after each save),
+    so a later sweep is not refused while an earlier one is outstanding."""
+
+    path: str
+    round: int = 0
+
+    def describe(self) -> str:
+        return self.path
 
 
 class RetryingCleaner(Generic[K]):

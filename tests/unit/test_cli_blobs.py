@@ -17,8 +17,8 @@ import pytest
 
 from spark_steward import cli
 from spark_steward.applications import ApplicationRegistry
-from spark_steward.blob.gc import (StoredBlob, collect_garbage, list_stored_blobs,
-                                          list_temp_files, usage_by_application)
+from spark_steward.blob.gc import (StoredBlob, TempFile, collect_garbage, scan_blobs,
+                                   usage_by_application)
 from spark_steward.cli import ProgressBar, main
 from spark_steward.storage import Storage
 from tests.unit.conftest import FakeClock, break_delete
@@ -27,6 +27,16 @@ from tests.unit.test_cli import _assert_one_error_line, _run
 LIVE, DONE, STALE, ORPHAN, TORN = "app-live", "app-done", "app-stale", "app-orphan", "app-torn"
 DEAD = (DONE, STALE)
 KEPT = (LIVE, ORPHAN, TORN)
+
+
+def list_stored_blobs(storage: Storage, app_id: str | None = None) -> list[StoredBlob]:
+    """Every blob in the storage dir (temp files skipped), sorted by application, scope, key."""
+    return scan_blobs(storage, app_id).blobs
+
+
+def list_temp_files(storage: Storage, app_id: str | None = None) -> list[TempFile]:
+    """Temp files of interrupted writes below ``apps/*/blobs``."""
+    return scan_blobs(storage, app_id).temp_files
 
 
 
@@ -332,7 +342,7 @@ def test_heartbeat_timeout_override_keeps_a_slow_application(
 
 def test_collectors_run_in_order(capsys: pytest.CaptureFixture[str], world: World,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from spark_steward.blob.gc import GcReport
+    from spark_steward.gc import GcReport
 
     seen: list[str] = []
 

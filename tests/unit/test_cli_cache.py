@@ -21,7 +21,7 @@ from spark_steward.tables.lifecycle import TableState, shared_key
 from spark_steward.storage import Storage
 from spark_steward.tables import store as layout
 from spark_steward.tables.manifest import build_manifest
-from spark_steward.tables.store import Key, TableStore
+from spark_steward.tables.store import TableCleanup, TableStore
 from tests.unit.conftest import FakeClock, break_delete
 from tests.unit.test_cli import _run
 from tests.unit.test_cli_checkpoints import _age
@@ -83,7 +83,7 @@ class World:
             store.cleaner.close(0)
 
 
-def _cleaner() -> RetryingCleaner[Key]:
+def _cleaner() -> RetryingCleaner[TableCleanup]:
     return RetryingCleaner(RetryStrategy.no_retry(), threads=1, name="test-caches")
 
 

@@ -19,7 +19,7 @@ import pytest
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
-from spark_steward.checkpoint.store import CheckpointStore, Key
+from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.checkpoint import lifecycle as machine
 from spark_steward.checkpoint.lifecycle import CheckpointKind, spark_series
@@ -66,7 +66,7 @@ class World:
         return {e.id: e.state.value for e in entries}
 
 
-def _cleaner() -> RetryingCleaner[Key]:
+def _cleaner() -> RetryingCleaner[CheckpointCleanup]:
     return RetryingCleaner(RetryStrategy.no_retry(), threads=1, name="test-checkpoints")
 
 

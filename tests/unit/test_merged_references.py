@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from spark_steward.checkpoint import metadata as layout
-from spark_steward.checkpoint.store import CheckpointStore, Key
+from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.checkpoint.merging import lifecycle as merging
 from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
@@ -107,7 +107,7 @@ class ReferenceMachine(RuleBasedStateMachine):
     def _start(self) -> str:
         app = f"app-{next(self.apps)}"
         cleaner = ManualCleaner(RetryStrategy.fixed(1.0, retries=None), self.clock)
-        store = CheckpointStore(self.storage, app, cast(RetryingCleaner[Key], cleaner),
+        store = CheckpointStore(self.storage, app, cast(RetryingCleaner[CheckpointCleanup], cleaner),
                                 is_dead=lambda a: a in self.dead, clock=self.clock)
         store.recover(0.0)
         self.stores[app] = (store, cleaner)

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_steward.errors import InvalidTableKey, TableStateError
-from spark_steward.tables.lifecycle import (CacheUsage, TableEntry, TableState,
-                                                 choose_evictions, pending, private_key,
-                                                 shared_key, to_clean_at_recovery, transition,
-                                                 validate_key)
+from spark_steward.lifecycle.lru import CacheUsage, choose_evictions
+from spark_steward.tables.lifecycle import (TableEntry, TableState, pending, private_key,
+                                            shared_key, to_clean_at_recovery, transition,
+                                            validate_key)
 from tests.unit.conftest import Liveness
 
 PENDING, READY, MARKED = TableState.PENDING, TableState.READY, TableState.MARKED_FOR_DELETION

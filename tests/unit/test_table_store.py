@@ -30,7 +30,8 @@ from spark_steward.tables.lifecycle import TableEntry, TableState, shared_key
 from spark_steward.storage import Storage
 from spark_steward.tables import store as layout
 from spark_steward.tables.manifest import Manifest, build_manifest, find_problem
-from spark_steward.tables.store import Key, RecoveryReport, TableStore
+from spark_steward.recovery import RecoveryReport
+from spark_steward.tables.store import TableCleanup, TableStore
 from tests.unit.conftest import FakeClock, Liveness, ManualCleaner, until
 from tests.unit.failing_fs import FailingFileSystem
 
@@ -44,9 +45,9 @@ SHARED = shared_key("5e" * 16)
 # -- harness -----------------------------------------------------------------------------------
 
 
-def make_store(st: Storage, cleaner: ManualCleaner | RetryingCleaner[Key], clock: FakeClock,
+def make_store(st: Storage, cleaner: ManualCleaner | RetryingCleaner[TableCleanup], clock: FakeClock,
                app: str = APP, is_dead: Callable[[str], bool] = Liveness()) -> TableStore:
-    return TableStore(st, app, cast(RetryingCleaner[Key], cleaner), is_dead=is_dead,
+    return TableStore(st, app, cast(RetryingCleaner[TableCleanup], cleaner), is_dead=is_dead,
                       clock=clock)
 
 
@@ -279,7 +280,7 @@ def test_a_failing_data_delete_is_retried_until_it_succeeds(
 
 def test_denied_deletes_are_retried_by_the_real_cleaner_until_allowed(
         st: Storage, fs: FailingFileSystem, clock: FakeClock,
-        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[Key]]) -> None:  # noqa: F811
+        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[TableCleanup]]) -> None:  # noqa: F811
     cleaner = real_cleaners(RetryStrategy.fixed(0.01))
     store = make_store(st, cleaner, clock)
     ready, _ = materialize(store)
@@ -295,7 +296,7 @@ def test_denied_deletes_are_retried_by_the_real_cleaner_until_allowed(
 
 def test_close_names_what_is_left_and_a_restart_finishes_it(
         st: Storage, fs: FailingFileSystem, clock: FakeClock,
-        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[Key]]) -> None:  # noqa: F811
+        real_cleaners: Callable[[RetryStrategy], RetryingCleaner[TableCleanup]]) -> None:  # noqa: F811
     store = make_store(st, real_cleaners(RetryStrategy.no_retry()), clock)
     ready, _ = materialize(store)
     fs.fail_paths("*/tables/data/*", ops=("rm",))

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from spark_steward.blob.keys import BlobKey, BlobRef, blob_relpath
-from spark_steward.blob.stores import (HaBlobStore, LocalBlobStore, crc_of_file, discard,
-                                       file_identity, temp_name)
+from spark_steward.blob.stores import (HaBlobStore, LocalBlobStore, discard, file_identity,
+                                       temp_name)
+from spark_steward.checksum import crc_of_file
 from spark_steward.errors import BlobNotFound, ChecksumMismatch, LocalSpaceFull, StewardError
 from spark_steward.lifecycle.refcount import RefCounts
 from spark_steward.lifecycle.staged_cleanup import StagedCleanup

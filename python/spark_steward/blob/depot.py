@@ -15,7 +15,6 @@ import logging
 import os
 import threading
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from spark_steward.blob.keys import APPLICATION_SCOPE, BlobKey, BlobKind, BlobRef, \
@@ -28,13 +27,6 @@ from spark_steward.blob.lifecycle import BlobLedger, Deletion
 from spark_steward.lifecycle.staged_cleanup import StagedCleanup
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ForeignBlobs:
-    """Blobs in the HA storage that no live application owns (found at attach)."""
-
-    rel: str
 
 
 class BlobDepot:

@@ -9,38 +9,28 @@ other non-object stores); they are counted apart from the blobs and go with thei
 
 An application's blobs are collected only when its record exists, is readable and says it is no
 longer alive (finished, or crashed by the liveness rules); a live application and one without a
-readable record are left alone and reported as skipped: absence of proof is not death.
+readable record are left alone and reported as skipped: absence of proof is not death. The
+report and the liveness verdict are the shared ones of :mod:`spark_steward.gc`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, TypeVar
 
 from spark_steward.applications import OWNED_DIR, ApplicationRegistry
 from spark_steward.blob.keys import BlobKey, validate_scope_id
-from spark_steward.errors import InvalidBlobKey, StewardError, StorageError
-from spark_steward.lifecycle.liveness import Liveness
+from spark_steward.errors import InvalidBlobKey, StorageError
+from spark_steward.gc import (Deleted, Failed, GcReport, Progress, Skipped, application_liveness,
+                              is_collectable, judge)
 from spark_steward.storage import FileEntry, Storage
-
-if TYPE_CHECKING:
-    from spark_steward.cleaner import RetryingCleaner
-
-K = TypeVar("K")
 
 log = logging.getLogger(__name__)
 
 #: The capability folder of the blob service below ``apps/<appId>/``.
 BLOBS_DIR = "blobs"
-#: Liveness reported for an application without a readable record.
-UNKNOWN = "unknown"
 
 TEMP_MARK = ".tmp-"
-
-#: ``progress(done, total, path)``: called after each delete of a scope directory.
-Progress = Callable[[int, int, str], None]
 
 
 def blobs_path(app_id: str) -> str:
@@ -117,38 +107,6 @@ def scan_blobs(storage: Storage, app_id: str | None = None) -> BlobScan:
     return scan
 
 
-def list_stored_blobs(storage: Storage, app_id: str | None = None) -> list[StoredBlob]:
-    """Every blob in the storage dir (temp files skipped), sorted by application, scope, key."""
-    return scan_blobs(storage, app_id).blobs
-
-
-def list_temp_files(storage: Storage, app_id: str | None = None) -> list[TempFile]:
-    """Temp files of interrupted writes below ``apps/*/blobs``."""
-    return scan_blobs(storage, app_id).temp_files
-
-
-# -- liveness ----------------------------------------------------------------------------------
-
-
-def _judge(registry: ApplicationRegistry, app_id: str) -> tuple[str, str]:
-    """``(liveness, why)``: liveness is ``live``/``finished``/``crashed`` or ``unknown``."""
-    try:
-        record = registry.read(app_id)
-    except (StewardError, TypeError) as exc:
-        return UNKNOWN, f"application record unreadable: {exc}"
-    if record is None:
-        return UNKNOWN, "no application record"
-    state = registry.liveness(record)
-    if state is Liveness.LIVE:
-        return state.value, "application is live"
-    return state.value, f"application {state.value}"
-
-
-def application_liveness(registry: ApplicationRegistry, app_id: str) -> str:
-    """``live``, ``finished``, ``crashed``, or ``unknown`` when there is no readable record."""
-    return _judge(registry, app_id)[0]
-
-
 # -- usage -------------------------------------------------------------------------------------
 
 
@@ -187,71 +145,6 @@ def usage_by_application(registry: ApplicationRegistry) -> list[BlobUsage]:
 # -- garbage collection ------------------------------------------------------------------------
 
 
-class Deleted(NamedTuple):
-    app_id: str
-    files: int
-    bytes: int
-
-
-class Skipped(NamedTuple):
-    app_id: str
-    reason: str
-
-
-class Failed(NamedTuple):
-    path: str
-    message: str
-
-
-@dataclass
-class GcReport:
-    """What one collector deleted (or would delete, when ``dry_run``), skipped and failed at."""
-
-    dry_run: bool
-    deleted: list[Deleted] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    failed: list[Failed] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
-
-    @property
-    def files(self) -> int:
-        return sum(d.files for d in self.deleted)
-
-    @property
-    def bytes(self) -> int:
-        return sum(d.bytes for d in self.deleted)
-
-
-def finish_cleanup(report: GcReport, cleaner: "RetryingCleaner[K]", doomed: list[str],
-                   sizes: Mapping[str, tuple[int, int]], *, describe: Callable[[K], str],
-                   label: str, progress: Progress | None, timeout: float) -> None:
-    """Waits (up to ``timeout``) for the deletions a store's recovery handed to ``cleaner``,
-    drawing progress as ``label``, then reports each of ``doomed`` (as ``describe`` names the
-    cleaner's keys) deleted with its ``sizes`` or failed with the cleaner's last error. A dry
-    run submitted nothing: everything is reported as would-be deleted."""
-    if not report.dry_run:
-        total = len(doomed)
-        deadline = time.monotonic() + timeout
-        while cleaner.outstanding() and time.monotonic() < deadline:
-            if progress is not None:
-                progress(total - len(cleaner.outstanding()), total, label)
-            cleaner.wait_idle(0.2)
-        if progress is not None and total:
-            progress(total, total, label)
-    failed = {describe(k): err for k, err in cleaner.given_up().items()}
-    for key in cleaner.outstanding():
-        failed.setdefault(describe(key), "still failing when gc stopped waiting")
-    for item in doomed:
-        if item in failed:
-            report.failed.append(Failed(item, failed[item]))
-            continue
-        files, size = sizes.get(item, (0, 0))
-        report.deleted.append(Deleted(item, files, size))
-
-
 @dataclass(frozen=True)
 class _Doomed:
     app_id: str
@@ -265,8 +158,8 @@ def _plan(registry: ApplicationRegistry, report: GcReport) -> list[_Doomed]:
         base = blobs_path(app)
         if not storage.exists(base):
             continue
-        state, why = _judge(registry, app)
-        if state not in (Liveness.FINISHED.value, Liveness.CRASHED.value):
+        state, why = judge(registry, app)
+        if not is_collectable(state):
             report.skipped.append(Skipped(app, why))
             continue
         # One listing per application, grouped by the entry below blobs/ it belongs to.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import mmap
 import os
 import shutil
 import uuid
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable
 import crc32c as _crc32c
 
 from spark_steward.blob.keys import BlobKey, blob_relpath, validate_scope_id
+from spark_steward.checksum import crc_of_file
 from spark_steward.errors import ChecksumMismatch
 
 if TYPE_CHECKING:  # fsspec costs an executor's new worker ~40 ms to import
@@ -62,35 +62,6 @@ def digest_file(path: str | os.PathLike[str], copy_to: BinaryIO | None = None) -
 
 def digest_bytes(data: bytes | bytearray | memoryview) -> Digest:
     return Digest(BlobKey(hashlib.sha256(data).hexdigest()), _crc32c.crc32c(data), len(data))
-
-
-def crc_of_file(path: str | os.PathLike[str]) -> tuple[int, int]:
-    """``(crc32c, size)`` of a file.
-
-    A read-only mapping lets crc32c run over the page cache without copying it (about the raw
-    crc32c speed; a read loop costs a quarter more). Blob files are only ever replaced by
-    rename, never truncated in place, so the mapping cannot lose its pages under us.
-    """
-    with open(path, "rb", buffering=0) as src:
-        size = os.fstat(src.fileno()).st_size
-        if size == 0:
-            return 0, 0
-        try:
-            with mmap.mmap(src.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return _crc32c.crc32c(mapped), len(mapped)
-        except (OSError, ValueError):
-            pass  # not mappable (a special file): stream it
-        crc = 0
-        size = 0
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
-        while True:
-            n = src.readinto(buf)  # type: ignore[attr-defined]
-            if not n:
-                break
-            crc = _crc32c.crc32c(view[:n], crc)
-            size += n
-        return crc, size
 
 
 def file_identity(path: Path) -> tuple[int, int] | None:

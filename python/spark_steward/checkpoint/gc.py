@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from spark_steward.applications import ApplicationRegistry
-from spark_steward.blob.gc import GcReport, Progress, Skipped, finish_cleanup
 from spark_steward.checkpoint.metadata import CheckpointMetadata
-from spark_steward.checkpoint.store import CheckpointStore, Key
+from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import StewardError
+from spark_steward.gc import GcReport, Progress, Skipped, finish_cleanup
 from spark_steward.checkpoint.metadata import MERGED
 from spark_steward.checkpoint.lifecycle import CheckpointEntry, CheckpointState
 from spark_steward.checkpoint.merging.lifecycle import Amplification, Segment, live_bytes_by_file
@@ -45,7 +45,8 @@ def _usage(store: CheckpointStore, entry: CheckpointEntry) -> tuple[int, int]:
 
 def _offline_store(registry: ApplicationRegistry, strategy: RetryStrategy,
                    clock: Callable[[], float] = time.time) -> CheckpointStore:
-    cleaner: RetryingCleaner[Key] = RetryingCleaner(strategy, threads=4, name="checkpoint-gc")
+    cleaner: RetryingCleaner[CheckpointCleanup] = RetryingCleaner(
+        strategy, threads=4, name="checkpoint-gc", describe=_describe)
     return CheckpointStore(registry.storage, f"spark-steward-cli-{os.getpid()}", cleaner,
                            is_dead=registry.is_dead, clock=clock)
 
@@ -151,9 +152,9 @@ def collect_garbage(registry: ApplicationRegistry, *, dry_run: bool, orphan_grac
     return report
 
 
-def _describe(key: Key) -> str:
-    series, number = key
-    return series[len("orphan:"):] if series.startswith("orphan:") else f"{series}/{number}"
+def _describe(key: CheckpointCleanup) -> str:
+    """What the report calls a cleanup: the checkpoint id, or the orphan's path."""
+    return key.describe()
 
 
 def _orphan_usage(store: CheckpointStore, rel: str) -> tuple[int, int]:

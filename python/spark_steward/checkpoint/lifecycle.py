@@ -175,8 +175,3 @@ def to_discard_at_recovery(entries: Iterable[CheckpointEntry], is_dead: Callable
         elif entry.state is CheckpointState.PENDING and gone(entry.app_id):
             found.append(entry)
     return sorted(found, key=lambda e: e.key)
-
-
-def owned_data(entries: Iterable[CheckpointEntry]) -> set[str]:
-    """Data paths some entry still names (anything else under the data folder is an orphan)."""
-    return {e.data for e in entries if e.kind.in_storage}

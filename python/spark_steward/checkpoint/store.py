@@ -13,32 +13,25 @@ import logging
 import posixpath
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Union
 
 from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
-from spark_steward.cleaner import RetryingCleaner
+from spark_steward.cleaner import EntryKey, OrphanKey, RetryingCleaner
 from spark_steward.errors import CheckpointNotFound, StewardError
 from spark_steward.checkpoint import lifecycle as machine
 from spark_steward.checkpoint.merging import lifecycle as merging
 from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState)
+from spark_steward.recovery import RecoveryReport
 from spark_steward.storage import Storage
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, int]
-
-
-@dataclass
-class RecoveryReport:
-    """What :meth:`CheckpointStore.recover` found at attach (or ``gc``)."""
-
-    kept: list[str] = field(default_factory=list)
-    discarding: list[str] = field(default_factory=list)
-    orphans: list[str] = field(default_factory=list)
-    corrupt: list[str] = field(default_factory=list)
+#: A checkpoint's own key: ``(series, number)`` (:attr:`CheckpointEntry.key`).
+CheckpointKey = tuple[str, int]
+#: The cleaner's key: a checkpoint's discard, or the deletion (or sweep) of an orphaned path.
+CheckpointCleanup = Union[EntryKey[int], OrphanKey]
 
 
 def url_storage(url: str, **options: Any) -> tuple[Storage, str]:
@@ -62,7 +55,8 @@ def _same_checkpoint(a: CheckpointEntry, b: CheckpointEntry) -> bool:
 
 
 class CheckpointStore:
-    def __init__(self, storage: Storage, app_id: str, cleaner: RetryingCleaner[Key], *,
+    def __init__(self, storage: Storage, app_id: str,
+                 cleaner: RetryingCleaner[CheckpointCleanup], *,
                  is_dead: Callable[[str], bool], clock: Callable[[], float] = time.time,
                  open_url: Callable[[str], tuple[Storage, str]] | None = None) -> None:
         self.storage = storage
@@ -72,8 +66,8 @@ class CheckpointStore:
         self.clock = clock
         self.metadata = CheckpointMetadata(storage)
         self._open_url = open_url or (lambda url: url_storage(url, **self._options_for(url)))
-        self._entries: dict[Key, CheckpointEntry] = {}
-        self._marked: set[Key] = set()  # marks known to be durable
+        self._entries: dict[CheckpointKey, CheckpointEntry] = {}
+        self._marked: set[CheckpointKey] = set()  # marks known to be durable
         self._highest: dict[str, int] = {}
         self._lock = threading.RLock()
 
@@ -112,7 +106,7 @@ class CheckpointStore:
         for rel in self.orphans(orphan_grace, entries, corrupt) + merged_orphans:
             report.orphans.append(rel)
             if not dry_run:
-                self.cleaner.submit(("orphan:" + rel, 0), self._orphan_deletion(rel))
+                self.cleaner.submit(OrphanKey(rel), self._orphan_deletion(rel))
         return report
 
     def _merged_orphans(self, series: str, grace: float) -> list[str]:
@@ -208,7 +202,8 @@ class CheckpointStore:
             current = self._entries.get(entry.key, entry)
             marked = machine.mark_for_deletion(current, reason, self.clock())
             self._entries[marked.key] = marked
-        return self.cleaner.submit(marked.key, lambda: self._discard_steps(marked.key))
+        return self.cleaner.submit(EntryKey(marked.series, marked.number),
+                                   lambda: self._discard_steps(marked.key))
 
     def subsume(self, series: str, retained: int) -> list[CheckpointEntry]:
         with self._lock:
@@ -217,7 +212,7 @@ class CheckpointStore:
             self.discard(entry, f"subsumed: more than {retained} retained")
         return doomed
 
-    def _discard_steps(self, key: Key) -> None:
+    def _discard_steps(self, key: CheckpointKey) -> None:
         """mark (durably) → data → artifact → entry; every step idempotent."""
         with self._lock:
             entry = self._entries.get(key)
@@ -397,8 +392,7 @@ class CheckpointStore:
         """Waits up to ``timeout`` for outstanding cleanup; returns the ids left (they stay
         recorded as marked for deletion, so the next attach or ``gc`` finishes them)."""
         left = self.cleaner.close(timeout)
-        ids = [f"{s}/{n}" if not s.startswith("orphan:") else s[len("orphan:"):]
-               for s, n in left]
+        ids = [key.describe() for key in left]
         if ids:
             log.warning("spark-steward stopped with %d checkpoint cleanup(s) unfinished; they "
                         "stay recorded and the next attach or `spark-steward gc` finishes them: "

@@ -8,10 +8,11 @@ import logging
 import os
 from collections import defaultdict
 
-from spark_steward.applications import ApplicationRegistry, sweep_local_folders
+from spark_steward.applications import ApplicationRegistry
 from spark_steward.config import HEARTBEAT_TIMEOUT, LOCAL_MAX_BYTES
 from spark_steward.errors import StewardError
 from spark_steward.local.fs import FileLock
+from spark_steward.local.gc import sweep_local_folders
 from spark_steward.local.stores import LocalState
 from spark_steward.local.working_dir import WorkingDir
 from spark_steward.kernel.executor import ExecutorRuntime, executor_runtime

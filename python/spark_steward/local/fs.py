@@ -16,7 +16,7 @@ from typing import Iterable, Protocol
 
 import crc32c as _crc32c
 
-from spark_steward.blob.stores import crc_of_file
+from spark_steward.checksum import crc_of_file
 
 CHUNK = 8 << 20
 

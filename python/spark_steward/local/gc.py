@@ -1,20 +1,56 @@
-"""``spark-steward gc --local-dir``: the host-local working dirs of applications that are no
-longer alive, judged by the storage dir's application records."""
+"""The host-local working dirs of applications that are no longer alive, judged by the storage
+dir's application records: ``spark-steward gc --local-dir`` (:func:`collect_garbage`) and the
+sweep the driver and each host's first executor task run (:func:`sweep_local_folders`). Both
+choose from the same folders (:func:`app_folders`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_steward.applications import looks_like_app_id
-from spark_steward.blob.gc import Deleted, Failed, GcReport, Progress, Skipped
-from spark_steward.errors import StewardError
-from spark_steward.lifecycle.liveness import Liveness
+from spark_steward.gc import Deleted, Failed, GcReport, Progress, Skipped, is_collectable, judge
 
 if TYPE_CHECKING:
     from spark_steward.applications import ApplicationRegistry
+
+log = logging.getLogger(__name__)
+
+
+def app_folders(local_dir: str | os.PathLike[str]) -> list[Path]:
+    """``<local dir>/<appId>`` folders (names that could be an application id of ours), sorted;
+    none when ``local_dir`` does not exist."""
+    root = Path(local_dir)
+    try:
+        return sorted(p for p in root.iterdir() if p.is_dir() and looks_like_app_id(p.name))
+    except FileNotFoundError:
+        return []
+
+
+def dead_local_folders(local_dir: str | os.PathLike[str], registry: "ApplicationRegistry",
+                       own_app: str) -> list[Path]:
+    """``<local dir>/<appId>`` folders on this host whose applications are no longer alive.
+
+    Only applications with a readable record in ``registry``'s storage are judged; a folder
+    without one (another storage dir's application, say) is never touched.
+    """
+    return [folder for folder in app_folders(local_dir)
+            if folder.name != own_app and registry.is_dead(folder.name)]
+
+
+def sweep_local_folders(local_dir: str | os.PathLike[str], registry: "ApplicationRegistry",
+                        own_app: str) -> list[Path]:
+    """Removes the host-local folders of dead applications; returns what was removed."""
+    removed = []
+    for folder in dead_local_folders(local_dir, registry, own_app):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            removed.append(folder)
+            log.info("removed %s: its application is no longer alive", folder)
+    return removed
 
 
 def folder_usage(folder: Path) -> tuple[int, int]:
@@ -36,25 +72,14 @@ def collect_garbage(local_dir: str | os.PathLike[str], registry: "ApplicationReg
     crashed. A live application's folder, and one without a readable record (another storage
     dir's application, or not ours), are reported as skipped and never touched."""
     report = GcReport(dry_run)
-    root = Path(local_dir)
-    try:
-        folders = sorted(p for p in root.iterdir() if p.is_dir() and looks_like_app_id(p.name))
-    except FileNotFoundError:
-        return report
+    folders = app_folders(local_dir)
     for done, folder in enumerate(folders, 1):
         if progress is not None:
             progress(done, len(folders), str(folder))
         app = folder.name
-        try:
-            record = registry.read(app)
-        except (StewardError, TypeError) as exc:
-            report.skipped.append(Skipped(app, f"application record unreadable: {exc}"))
-            continue
-        if record is None:
-            report.skipped.append(Skipped(app, "no application record"))
-            continue
-        if registry.liveness(record) is Liveness.LIVE:
-            report.skipped.append(Skipped(app, "application is live"))
+        state, why = judge(registry, app)
+        if not is_collectable(state):
+            report.skipped.append(Skipped(app, why))
             continue
         files, size = folder_usage(folder)
         if not dry_run:

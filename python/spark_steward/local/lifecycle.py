@@ -1,8 +1,8 @@
 """What the working directory of one application on one host holds, and what to do about it.
 
 Pure: the records of the manifest and the recovery decision (which files are adopted, which are
-left-overs of a killed writer). Eviction under the byte bound uses the cached tables' LRU choice
-(:func:`spark_steward.tables.lifecycle.choose_evictions`). The IO around it is
+left-overs of a killed writer). Eviction under the byte bound uses the LRU choice it shares with
+the cached tables (:func:`spark_steward.lifecycle.lru.choose_evictions`). The IO around it is
 :mod:`spark_steward.local.working_dir`.
 
 An entry is one logical value (a cached blob, a local-state value). Its record in the manifest

@@ -35,8 +35,8 @@ from urllib.parse import quote, unquote
 
 from spark_steward.errors import (ChecksumMismatch, LocalSpaceFull, LocalStateError,
                                    RecordCorrupt)
+from spark_steward.lifecycle.lru import CacheUsage, choose_evictions
 from spark_steward.local.lifecycle import FileState, LocalFileRecord, left_over_files
-from spark_steward.tables.lifecycle import CacheUsage, choose_evictions
 from spark_steward.local.fs import OS_FS, FileLock, LocalFs
 from spark_steward.records import decode_record, encode_record
 

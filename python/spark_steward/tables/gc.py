@@ -12,12 +12,12 @@ import os
 from dataclasses import dataclass, field
 
 from spark_steward.applications import ApplicationRegistry
-from spark_steward.blob.gc import GcReport, Progress, Skipped, finish_cleanup
-from spark_steward.cleaner import RetryingCleaner
+from spark_steward.cleaner import OrphanKey, RetryingCleaner
 from spark_steward.errors import StewardError
+from spark_steward.gc import GcReport, Progress, Skipped, application_liveness, finish_cleanup
 from spark_steward.lifecycle.retry import RetryStrategy
 from spark_steward.tables.lifecycle import TableEntry, TableState
-from spark_steward.tables.store import Key, TableStore, describe
+from spark_steward.tables.store import TableCleanup, TableStore, describe
 
 #: ``gc`` retries a failed delete a few times within one run; then it reports and exits 1.
 GC_STRATEGY = RetryStrategy.exponential(0.2, 2.0, retries=3)
@@ -63,18 +63,14 @@ class _Liveness:
 
     def __call__(self, app_id: str) -> str:
         if app_id not in self.known:
-            try:
-                record = self.registry.read(app_id)
-            except (StewardError, TypeError):
-                record = None
-            self.known[app_id] = self.registry.liveness(record).value if record else "unknown"
+            self.known[app_id] = application_liveness(self.registry, app_id)
         return self.known[app_id]
 
 
 def _offline_store(registry: ApplicationRegistry, strategy: RetryStrategy,
                    shared_retention: float = 0.0) -> TableStore:
-    cleaner: RetryingCleaner[Key] = RetryingCleaner(strategy, threads=4, name="cache-gc",
-                                                    describe=describe)
+    cleaner: RetryingCleaner[TableCleanup] = RetryingCleaner(strategy, threads=4,
+                                                             name="cache-gc", describe=describe)
     return TableStore(registry.storage, f"spark-steward-cli-{os.getpid()}", cleaner,
                       is_dead=registry.is_dead, shared_retention=shared_retention)
 
@@ -156,6 +152,6 @@ def collect_garbage(registry: ApplicationRegistry, *, dry_run: bool, orphan_grac
     return report
 
 
-def _item(key: Key) -> str:
+def _item(key: TableCleanup) -> str:
     """What the report calls a cleanup: the table key, or the orphan's path."""
-    return describe(key) if key[0].startswith("orphan:") else key[0]
+    return key.describe() if isinstance(key, OrphanKey) else key.name

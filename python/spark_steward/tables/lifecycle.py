@@ -1,5 +1,6 @@
 """The cached-table lifecycle (FLIP-36): pending → ready → marked for deletion, the failover
-rules, LRU eviction and the key scheme. Pure: records in, decisions out; no IO, no clock.
+rules and the key scheme. Pure: records in, decisions out; no IO, no clock. LRU eviction is the
+shared :mod:`spark_steward.lifecycle.lru`.
 
 A table is recorded PENDING *before* any of its data is written, so a crashed driver leaves an
 entry that names what to delete. Every materialization gets its own ``attempt`` id and data
@@ -146,47 +147,6 @@ def to_stamp_released(entries: Iterable[TableEntry], users: Mapping[str, set[str
     return [e for e in entries
             if e.shared and e.state is TableState.READY and e.released_at is None
             and not any(not is_dead(u) for u in sorted(users.get(e.key, ())))]
-
-
-# -- eviction --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CacheUsage:
-    """What eviction needs to know of one cached item: a materialized table, or a host-local
-    file of the working dir."""
-
-    key: str
-    bytes: int
-    last_used: float
-    in_use: bool
-
-
-def choose_evictions(candidates: Iterable[CacheUsage], used_bytes: int, incoming_bytes: int,
-                     max_bytes: int) -> list[str] | None:
-    """Keys to evict, least recently used first, so ``incoming_bytes`` fit under ``max_bytes``.
-
-    ``[]`` when it already fits (or ``max_bytes <= 0``: unbounded); None when even evicting
-    every item not in use cannot make room: the caller then uses the new table uncached (or
-    fails the host-local put).
-
-    >>> choose_evictions([CacheUsage("a", 5, 1.0, False), CacheUsage("b", 5, 2.0, False)],
-    ...                  used_bytes=10, incoming_bytes=4, max_bytes=10)
-    ['a']
-    """
-    if max_bytes <= 0:
-        return []
-    excess = used_bytes + incoming_bytes - max_bytes
-    if excess <= 0:
-        return []
-    chosen, freed = [], 0
-    for usage in sorted((c for c in candidates if not c.in_use),
-                        key=lambda c: (c.last_used, c.key)):
-        chosen.append(usage.key)
-        freed += usage.bytes
-        if freed >= excess:
-            return chosen
-    return None
 
 
 # -- keys ------------------------------------------------------------------------------------

@@ -24,14 +24,15 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, TypeVar
+from dataclasses import replace
+from typing import Any, Callable, TypeVar, Union
 
 from spark_steward.applications import validate_app_id
-from spark_steward.cleaner import RetryingCleaner
+from spark_steward.cleaner import EntryKey, OrphanKey, RetryingCleaner
 from spark_steward.errors import CacheError, RecordCorrupt, StewardError, TableReplaced
 from spark_steward.tables import lifecycle as machine
 from spark_steward.tables.lifecycle import TableEntry, TableState, validate_key
+from spark_steward.recovery import RecoveryReport
 from spark_steward.storage import Storage
 from spark_steward.tables.manifest import Manifest
 
@@ -46,8 +47,10 @@ DESCRIPTION_LIMIT = 200
 
 T = TypeVar("T")
 
-#: The cleaner's key: ``(table key, attempt)``; orphans are ``("orphan:<path>", "")``.
-Key = tuple[str, str]
+#: A materialization of one table: ``EntryKey(table key, attempt)``.
+AttemptKey = EntryKey[str]
+#: The cleaner's key: an attempt's discard, or the deletion of an orphaned path.
+TableCleanup = Union[AttemptKey, OrphanKey]
 
 # Storage.write_atomic's temp file: ``.<name>.tmp-<hex>`` on local disk, ``<name>.tmp-<hex>``
 # on other filesystems with rename.
@@ -75,10 +78,9 @@ def is_temporary(name: str) -> bool:
     return _TEMPORARY.fullmatch(name) is not None
 
 
-def describe(key: Key) -> str:
+def describe(key: TableCleanup) -> str:
     """``key/attempt`` of a discard, the path of an orphan deletion."""
-    table, attempt = key
-    return table[len("orphan:"):] if table.startswith("orphan:") else f"{table}/{attempt}"
+    return key.describe()
 
 
 def _is_key(name: str) -> bool:
@@ -89,18 +91,8 @@ def _is_key(name: str) -> bool:
         return False
 
 
-@dataclass
-class RecoveryReport:
-    """What :meth:`TableStore.recover` found at attach (or ``gc``): keys and paths."""
-
-    kept: list[str] = field(default_factory=list)
-    discarding: list[str] = field(default_factory=list)
-    orphans: list[str] = field(default_factory=list)
-    corrupt: list[str] = field(default_factory=list)
-
-
 class TableStore:
-    def __init__(self, storage: Storage, app_id: str, cleaner: RetryingCleaner[Key], *,
+    def __init__(self, storage: Storage, app_id: str, cleaner: RetryingCleaner[TableCleanup], *,
                  is_dead: Callable[[str], bool], clock: Callable[[], float] = time.time,
                  shared_retention: float = 0.0) -> None:
         self.storage = storage
@@ -110,8 +102,8 @@ class TableStore:
         self.is_dead = is_dead
         self.clock = clock
         self._entries: dict[str, TableEntry] = {}     # tables this store made or looked up
-        self._discarding: dict[Key, TableEntry] = {}  # marked; deletion outstanding
-        self._marked: set[Key] = set()                # marks known to be durable
+        self._discarding: dict[AttemptKey, TableEntry] = {}  # marked; deletion outstanding
+        self._marked: set[AttemptKey] = set()                # marks known to be durable
         # Serialises this store's metadata writes per key with its own discards, so a
         # re-materialization never interleaves with the removal of the previous attempt.
         self._lock = threading.RLock()
@@ -228,7 +220,7 @@ class TableStore:
                         entry.id, self.storage.url_of(manifest_path(key)), found)
             return None
         with self._lock:
-            if (key, entry.attempt) in self._discarding:
+            if EntryKey(key, entry.attempt) in self._discarding:
                 return None  # this store is deleting it; the mark may not be durable yet
             self._entries[key] = entry
         return entry, manifest
@@ -291,7 +283,7 @@ class TableStore:
         The cleaner writes the mark durably first, then deletes data → manifest → user records
         → entry. False when that attempt is already being discarded.
         """
-        key: Key = (entry.key, entry.attempt)
+        key: AttemptKey = EntryKey(entry.key, entry.attempt)
         with self._lock:
             current = self._entries.get(entry.key)
             same = current is not None and current.attempt == entry.attempt
@@ -309,14 +301,14 @@ class TableStore:
             log.warning("not removing the metadata of cached table %s: %s", key, exc)
             return None
 
-    def _discard_steps(self, key: Key) -> None:
+    def _discard_steps(self, key: AttemptKey) -> None:
         """mark (durably) → data → manifest → user records → entry; every step idempotent.
 
         The data folder is this attempt's alone, so it always goes. The metadata goes only
         while the stored entry still names this attempt: gone means an earlier try finished
         (the entry is removed last), another attempt means a re-materialization owns it now.
         """
-        table, attempt = key
+        table, attempt = key.name, key.version
         with self._lock:
             entry = self._discarding.get(key)
             if entry is None:
@@ -378,12 +370,13 @@ class TableStore:
                 continue
             if entry.state is TableState.MARKED_FOR_DELETION:
                 with self._lock:
-                    self._marked.add((entry.key, entry.attempt))  # its mark is stored already
+                    # its mark is stored already
+                    self._marked.add(EntryKey(entry.key, entry.attempt))
             self.discard(entry, reason)
         for rel in self.orphans(orphan_grace, entries, corrupt):
             report.orphans.append(rel)
             if not dry_run:
-                self.cleaner.submit(("orphan:" + rel, ""), self._orphan_deletion(rel))
+                self.cleaner.submit(OrphanKey(rel), self._orphan_deletion(rel))
         return report
 
     def orphans(self, grace: float, entries: list[TableEntry], corrupt: list[str]) -> list[str]:

@@ -39,6 +39,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+from spark_steward.checkpoint.service import CheckpointService
 
 SAVES = 4
 RETAINED = 2
@@ -209,7 +210,7 @@ def crash(spark: Any, sparkcp: Path, point: str, k: int) -> None:
     assert checkpointed.count() == 3000
 
     series = spark_steward.checkpoints("s", retained=RETAINED)
-    real_begin = runtime.service("checkpoints").store.begin
+    real_begin = runtime.service(CheckpointService).store.begin
 
     for i in range(1, SAVES + 1):
         def begin(name: str, *args: Any, _i: int = i, **kwargs: Any) -> Any:
@@ -218,10 +219,10 @@ def crash(spark: Any, sparkcp: Path, point: str, k: int) -> None:
                 log(event="begun", number=entry.number, iteration=_i)
             return entry
 
-        runtime.service("checkpoints").store.begin = begin
+        runtime.service(CheckpointService).store.begin = begin
         number = series.save(rows_of(spark, i))
         log(event="saved", number=number, iteration=i)
-    runtime.service("checkpoints").store.begin = real_begin
+    runtime.service(CheckpointService).store.begin = real_begin
     stop_watching.set()
     spark.stop()
     log(event="done")
@@ -230,12 +231,12 @@ def crash(spark: Any, sparkcp: Path, point: str, k: int) -> None:
 def attach_again(spark: Any) -> None:
     import spark_steward
 
-    store = spark_steward.runtime(spark).service("checkpoints").store
+    store = spark_steward.runtime(spark).service(CheckpointService).store
     deadline = time.monotonic() + 120
     while store.cleaner.outstanding() and time.monotonic() < deadline:
         store.cleaner.wait_idle(0.2)
-    log(event="recovered", outstanding=[list(k) for k in store.cleaner.outstanding()],
-        given_up={f"{k[0]}/{k[1]}": v for k, v in store.cleaner.given_up().items()})
+    log(event="recovered", outstanding=[k.describe() for k in store.cleaner.outstanding()],
+        given_up={k.describe(): v for k, v in store.cleaner.given_up().items()})
     # Every completed checkpoint through the public API, as a later application restores it.
     from pyspark.sql import functions as F
 

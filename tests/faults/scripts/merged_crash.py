@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from spark_steward.checkpoint.service import CheckpointService
 
 
 def main() -> None:
@@ -37,9 +38,10 @@ def main() -> None:
     runtime = spark_steward.runtime()
     series = spark_steward.checkpoints("m", retained=1)
     if mode == "attach":
-        store = runtime.service("checkpoints").require_store()
+        store = runtime.service(CheckpointService).require_store()
         idle = store.cleaner.wait_idle(60.0)
-        log(event="recovered", idle=idle, outstanding=[str(k) for k in store.cleaner.outstanding()])
+        log(event="recovered", idle=idle,
+            outstanding=[k.describe() for k in store.cleaner.outstanding()])
         log(event="restored", count=series.latest().count())
         spark.stop()
         return

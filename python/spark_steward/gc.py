@@ -1,0 +1,126 @@
+"""What every ``spark-steward gc`` collector shares: the report (deleted, skipped, failed), the
+liveness verdict on an application, and the wait for the deletions a store's recovery handed to
+its cleaner. No Spark, no storage: the collectors live with their capabilities
+(:mod:`spark_steward.blob.gc`, :mod:`spark_steward.checkpoint.gc`,
+:mod:`spark_steward.tables.gc`, :mod:`spark_steward.local.gc`).
+
+An application's artifacts are collected only when its record exists, is readable and says it is
+no longer alive (finished, or crashed by the liveness rules); a live application and one without
+a readable record are left alone and reported as skipped: absence of proof is not death.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Hashable, Mapping, NamedTuple, TypeVar
+
+from spark_steward.errors import StewardError
+from spark_steward.lifecycle.liveness import Liveness
+
+if TYPE_CHECKING:
+    from spark_steward.applications import ApplicationRegistry
+    from spark_steward.cleaner import RetryingCleaner
+
+K = TypeVar("K", bound=Hashable)
+
+#: Liveness reported for an application without a readable record.
+UNKNOWN = "unknown"
+
+#: ``progress(done, total, path)``: called after each delete of a collector.
+Progress = Callable[[int, int, str], None]
+
+
+# -- liveness ----------------------------------------------------------------------------------
+
+
+def judge(registry: "ApplicationRegistry", app_id: str) -> tuple[str, str]:
+    """``(liveness, why)``: liveness is ``live``/``finished``/``crashed`` or ``unknown``."""
+    try:
+        record = registry.read(app_id)
+    except (StewardError, TypeError) as exc:
+        return UNKNOWN, f"application record unreadable: {exc}"
+    if record is None:
+        return UNKNOWN, "no application record"
+    state = registry.liveness(record)
+    if state is Liveness.LIVE:
+        return state.value, "application is live"
+    return state.value, f"application {state.value}"
+
+
+def is_collectable(liveness: str) -> bool:
+    """Whether an application judged ``liveness`` is no longer alive (finished or crashed)."""
+    return liveness in (Liveness.FINISHED.value, Liveness.CRASHED.value)
+
+
+def application_liveness(registry: "ApplicationRegistry", app_id: str) -> str:
+    """``live``, ``finished``, ``crashed``, or ``unknown`` when there is no readable record."""
+    return judge(registry, app_id)[0]
+
+
+# -- the report --------------------------------------------------------------------------------
+
+
+class Deleted(NamedTuple):
+    app_id: str
+    files: int
+    bytes: int
+
+
+class Skipped(NamedTuple):
+    app_id: str
+    reason: str
+
+
+class Failed(NamedTuple):
+    path: str
+    message: str
+
+
+@dataclass
+class GcReport:
+    """What one collector deleted (or would delete, when ``dry_run``), skipped and failed at."""
+
+    dry_run: bool
+    deleted: list[Deleted] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    failed: list[Failed] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    @property
+    def files(self) -> int:
+        return sum(d.files for d in self.deleted)
+
+    @property
+    def bytes(self) -> int:
+        return sum(d.bytes for d in self.deleted)
+
+
+def finish_cleanup(report: GcReport, cleaner: "RetryingCleaner[K]", doomed: list[str],
+                   sizes: Mapping[str, tuple[int, int]], *, describe: Callable[[K], str],
+                   label: str, progress: Progress | None, timeout: float) -> None:
+    """Waits (up to ``timeout``) for the deletions a store's recovery handed to ``cleaner``,
+    drawing progress as ``label``, then reports each of ``doomed`` (as ``describe`` names the
+    cleaner's keys) deleted with its ``sizes`` or failed with the cleaner's last error. A dry
+    run submitted nothing: everything is reported as would-be deleted."""
+    if not report.dry_run:
+        total = len(doomed)
+        deadline = time.monotonic() + timeout
+        while cleaner.outstanding() and time.monotonic() < deadline:
+            if progress is not None:
+                progress(total - len(cleaner.outstanding()), total, label)
+            cleaner.wait_idle(0.2)
+        if progress is not None and total:
+            progress(total, total, label)
+    failed = {describe(k): err for k, err in cleaner.given_up().items()}
+    for key in cleaner.outstanding():
+        failed.setdefault(describe(key), "still failing when gc stopped waiting")
+    for item in doomed:
+        if item in failed:
+            report.failed.append(Failed(item, failed[item]))
+            continue
+        files, size = sizes.get(item, (0, 0))
+        report.deleted.append(Deleted(item, files, size))
