@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 from checkpoints import expected_totals, make_df, totals  # the same DataFrame and checks
 from steward_session import steward_session
+from spark_steward.checkpoint.service import CheckpointService
 
 MERGING = "spark.steward.checkpoints.file-merging.enabled"
 ACROSS = "spark.steward.checkpoints.file-merging.across-checkpoint-boundary"
@@ -72,7 +73,7 @@ class Saves:
         self.tmp = tmp
         self.builtin_checkpoint = getattr(DataFrame.checkpoint, "__wrapped__",
                                           DataFrame.checkpoint)
-        self.store = spark_steward.runtime().service("checkpoints").require_store()
+        self.store = spark_steward.runtime().service(CheckpointService).require_store()
         self.storage = spark_steward.runtime().storage
         self.series = {k: spark_steward.checkpoints(f"bench-{k}", retained=1)
                        for k in ("unmerged", "merged")}

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from spark_steward.kernel.events import JobEnd, JobStart, SparkEvent, TaskEnd, TaskStart
-from spark_steward.kernel.services import RuntimeService, register_service
+from spark_steward.kernel.runtime import RuntimeService
+from spark_steward.kernel.services import register_service
 from spark_steward.kernel.shim import jar_path
 
 

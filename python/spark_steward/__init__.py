@@ -9,29 +9,40 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from spark_steward._version import __version__
 
 if TYPE_CHECKING:
     from pyspark import RDD
-    from pyspark.sql import DataFrame, SparkSession
-
     from contextlib import AbstractContextManager as ContextManager
+    from types import ModuleType
+
+    from pyspark.sql import DataFrame, SparkSession
 
     from spark_steward.blob.service import Scope
     from spark_steward.checkpoint.service import CheckpointSeries
     from spark_steward.kernel.runtime import DriverRuntime
 
 __all__ = ["__version__", "attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path",
-           "blobs", "scope", "checkpoints", "cache", "close"]
+           "blobs", "local", "scope", "checkpoints", "cache", "close"]
+
+#: Public modules reached as attributes, imported on first use: a plain job that only imports
+#: spark_steward never pays for them (``spark_steward.blobs.put``, ``spark_steward.local.state``).
+_LAZY_MODULES = {"blobs": "spark_steward.blob.api", "local": "spark_steward.local"}
 
 
-def __getattr__(name: str) -> Any:
-    # ``spark_steward.blob.api`` is imported on first use: plain jobs never pay for it.
-    if name == "blobs":
-        import importlib
+def __getattr__(name: str) -> "ModuleType":
+    target = _LAZY_MODULES.get(name)
+    if target is None:
+        raise AttributeError(f"module 'spark_steward' has no attribute {name!r}")
+    import importlib
 
-        return importlib.import_module("spark_steward.blob.api")
-    raise AttributeError(f"module 'spark_steward' has no attribute {name!r}")
+    module = importlib.import_module(target)
+    globals()[name] = module
+    return module
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def scope(name: str) -> "ContextManager[Scope]":
@@ -49,7 +60,9 @@ def scope(name: str) -> "ContextManager[Scope]":
     """
     from contextlib import contextmanager
 
-    service = runtime().service("blobs")
+    from spark_steward.blob.service import BlobService
+
+    service = runtime().service(BlobService)
     return contextmanager(service.scoped)(name)
 
 

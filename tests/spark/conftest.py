@@ -23,7 +23,8 @@ from pytest_spark.config import SparkConfigBuilder
 import tests
 
 from spark_steward.kernel.events import SparkEvent
-from spark_steward.kernel.services import RuntimeService, register_service
+from spark_steward.kernel.runtime import RuntimeService
+from spark_steward.kernel.services import register_service
 from spark_steward.kernel.shim import jar_path
 from tests.conftest import TEST_ROOT
 
@@ -94,7 +95,7 @@ def runtime(spark: Any) -> Any:
 
 @pytest.fixture(scope="session")
 def recorder(runtime: Any) -> EventRecorder:
-    return runtime.service(EventRecorder.name)  # type: ignore[no-any-return]
+    return runtime.service(EventRecorder)
 
 
 @pytest.fixture(autouse=True)

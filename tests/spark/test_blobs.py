@@ -20,13 +20,14 @@ from pyspark import InheritableThread
 
 import spark_steward
 from spark_steward.blob.keys import BlobRef
+from spark_steward.blob.service import BlobService
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
 def blobs(runtime: Any) -> Any:
-    return runtime.service("blobs")
+    return runtime.service(BlobService)
 
 
 def _fetch_report(ref: BlobRef) -> Any:

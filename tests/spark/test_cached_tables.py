@@ -26,6 +26,7 @@ from spark_steward.errors import DisabledForSession
 from spark_steward.tables.lifecycle import TableState
 from spark_steward.tables.cached_table import CachedTable
 from tests.spark.conftest import executor_pids, wait_for_executors
+from spark_steward.tables.service import TableService
 
 pytestmark = pytest.mark.spark
 
@@ -34,7 +35,7 @@ IDLE = 30.0
 
 @pytest.fixture(scope="module")
 def service(runtime: Any) -> Any:
-    return runtime.service("tables")
+    return runtime.service(TableService)
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ from spark_steward.checkpoint.merging.lifecycle import Segment
 from spark_steward.checkpoint.spark_checkpoints import checkpoint_dir, checkpointed_rdd_of_dataframe
 from tests.spark.conftest import executor_pids, wait_for_executors
 from tests.spark.test_checkpoints import SCHEMA, _by_id, _row
+from spark_steward.checkpoint.service import CheckpointService
 
 pytestmark = pytest.mark.spark
 
@@ -46,7 +47,7 @@ def _name(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def store(runtime: Any) -> Any:
-    return runtime.service("checkpoints").require_store()
+    return runtime.service(CheckpointService).require_store()
 
 
 @contextmanager

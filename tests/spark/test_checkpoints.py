@@ -28,6 +28,7 @@ from spark_steward.errors import (CheckpointCorrupt, CheckpointError, Checkpoint
 from spark_steward.checkpoint.lifecycle import CheckpointKind, CheckpointState
 from spark_steward.checkpoint.spark_checkpoints import checkpoint_dir, checkpointed_rdd_of_dataframe
 from tests.spark.conftest import SCRIPTS, STORAGE_DIR, run_spark_submit, steward_conf
+from spark_steward.checkpoint.service import CheckpointService
 
 pytestmark = pytest.mark.spark
 
@@ -40,7 +41,7 @@ def _name(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def service(runtime: Any) -> Any:
-    return runtime.service("checkpoints")
+    return runtime.service(CheckpointService)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,6 @@ from spark_steward.checkpoint.spark_checkpoints import (
     CLEAN_CHECKPOINTS,
     checkpoint_dir,
     checkpointed_rdd_of_dataframe,
-    clean_checkpoints_on,
     enable_clean_checkpoints,
     install_checkpoint_hooks,
     install_clean_watch,
@@ -32,6 +31,20 @@ from spark_steward.checkpoint.spark_checkpoints import (
 )
 
 pytestmark = pytest.mark.spark
+
+
+def current_checkpoint_listener() -> Any:
+    """The listener the hooks call now, if any."""
+    return sc_hooks._listener
+
+
+def clean_checkpoints_on(sc: Any) -> bool:
+    """Whether checkpoints written from now on will be registered with Spark's ContextCleaner
+    (the live conf value; the context must also have a cleaner)."""
+    jsc = sc._jsc.sc()
+    if not jsc.cleaner().isDefined():
+        return False
+    return str(jsc.conf().get(CLEAN_CHECKPOINTS, "false")).strip().lower() == "true"
 
 
 class Recorder:
@@ -189,7 +202,7 @@ def test_a_failing_listener_changes_nothing_for_the_user(
 def test_hooks_are_idempotent_and_unwind(spark: Any, tmp_path: Path) -> None:
     from pyspark import SparkContext
 
-    outer = sc_hooks.current_checkpoint_listener()  # the store's, when it runs here
+    outer = current_checkpoint_listener()  # the store's, when it runs here
     first, second = Recorder(), Recorder()
     remove_first = install_checkpoint_hooks(first)
     patched = SparkContext.setCheckpointDir
@@ -199,10 +212,10 @@ def test_hooks_are_idempotent_and_unwind(spark: Any, tmp_path: Path) -> None:
     remove_first()  # not the current one: no effect
     spark.sparkContext.setCheckpointDir(str(tmp_path / "a"))
     remove_second()  # back to ``first``
-    assert sc_hooks.current_checkpoint_listener() is first
+    assert current_checkpoint_listener() is first
     spark.sparkContext.setCheckpointDir(str(tmp_path / "b"))
     remove_first()
-    assert sc_hooks.current_checkpoint_listener() is outer
+    assert current_checkpoint_listener() is outer
     assert len(first.calls) == 2 and len(second.calls) == 2
     assert first.calls[0][2] == str(tmp_path / "b") and second.calls[0][2] == str(tmp_path / "a")
 

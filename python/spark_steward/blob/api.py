@@ -20,11 +20,14 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from spark_steward.blob.archives import unpack_once
 from spark_steward.blob.keys import BlobKey, BlobKind, BlobRef
 from spark_steward.errors import StewardError
+
+if TYPE_CHECKING:
+    from spark_steward.blob.service import BlobService
 
 __all__ = ["BlobRef", "BlobKey", "put", "get", "open", "read_bytes", "offload", "Offloaded",
            "ls"]
@@ -32,10 +35,11 @@ __all__ = ["BlobRef", "BlobKey", "put", "get", "open", "read_bytes", "offload", 
 _builtin_open = open
 
 
-def _service() -> Any:
+def _service() -> "BlobService":
+    from spark_steward.blob.service import BlobService
     from spark_steward.kernel.runtime import runtime_for
 
-    return runtime_for(None).service("blobs")
+    return runtime_for(None).service(BlobService)
 
 
 def put(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
@@ -54,10 +58,10 @@ def put(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
     service = _service()
     scope = service.current_scope()
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return service.depot.put_bytes(source, scope=scope, kind=blob_kind,
+        return service.require_depot().put_bytes(source, scope=scope, kind=blob_kind,
                                        receivers=receivers, name=name or "")
     path = Path(source)
-    return service.depot.put_file(path, scope=scope, kind=blob_kind, receivers=receivers,
+    return service.require_depot().put_file(path, scope=scope, kind=blob_kind, receivers=receivers,
                                   name=name if name is not None else path.name)
 
 
@@ -89,7 +93,7 @@ def get(ref: BlobRef, *, unpack: bool = False, _received: bool = False) -> str:
             return str(blobs.unpacked(ref))
         return str(blobs.get(ref, received=_received))
     service = _service()
-    path = Path(service.depot.locate(ref.key, ref.scope).path)
+    path = Path(service.require_depot().locate(ref.key, ref.scope).path)
     if unpack:
         assert service.local_app_dir is not None
         return str(unpack_once(path, ref.name,
@@ -146,4 +150,4 @@ def offload(obj: Any, receivers: int = 1) -> Offloaded:
 
 def ls() -> list[BlobRef]:
     """Every blob of this application the driver currently tracks."""
-    return list(_service().depot.refs())
+    return list(_service().require_depot().refs())

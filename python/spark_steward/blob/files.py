@@ -26,9 +26,12 @@ from spark_steward.blob.archives import archive_format, unpack_once
 from spark_steward.blob.keys import BlobRef
 from spark_steward.config import BLOB_TRANSPARENT
 from spark_steward.errors import BlobNotFound, BlobServerUnavailable, StewardError
+from spark_steward.kernel import patches
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
+
+    from spark_steward.blob.service import BlobService
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +70,11 @@ def materialize(ref: BlobRef, form: str, name: str, blob_path: Path, files_root:
 class TransparentFiles:
     """The driver's half: decides per call whether a file goes through the blob service."""
 
-    def __init__(self, enabled_for_context: Callable[["SparkContext"], Any]) -> None:
-        # Returns the BlobService when spark-steward is on for the session in use, else None.
-        self._service_for = enabled_for_context
-
     def add(self, sc: "SparkContext", path: str, recursive: bool, archive: bool) -> bool:
         """True when ``path`` was registered as a blob (Spark must then not ship it)."""
         if getattr(_bypass, "active", False):
             return False
-        service = self._service_for(sc)
+        service = _transparent_service(sc)
         source = local_source(path)
         if service is None or source is None:
             return False
@@ -99,10 +98,10 @@ class TransparentFiles:
                 packed = Path(tmp) / f"{name}.tar"
                 with tarfile.open(packed, "w") as tar:
                     tar.add(source, arcname=".")
-                ref = service.depot.put_file(packed, name=f"{name}.tar")
+                ref = service.require_depot().put_file(packed, name=f"{name}.tar")
         else:
-            ref = service.depot.put_file(source, name=source.name)
-        service.depot.register_file(name, ref, form)
+            ref = service.require_depot().put_file(source, name=source.name)
+        service.require_depot().register_file(name, ref, form)
         log.info("%s %s goes through spark-steward as blob %s", "addArchive" if archive
                  else "addFile", path, ref)
         return True
@@ -126,83 +125,72 @@ def executor_get(name: str) -> str | None:
 
 
 def driver_get(name: str) -> str | None:
-    from spark_steward.kernel.runtime import current_runtime
-
-    runtime = current_runtime()
-    if runtime is None:
+    """``SparkFiles.get(name)`` on the driver, or None when the name is not ours."""
+    service = _driver
+    if service is None or service.depot is None or not service.running:
         return None
-    service = runtime.service("blobs")
     try:
         ref, form = service.depot.resolve(name)
     except BlobNotFound:
         return None
-    located = Path(service.depot.locate(ref.key, ref.scope).path)
+    located = Path(service.require_depot().locate(ref.key, ref.scope).path)
     assert service.local_app_dir is not None
     return str(materialize(ref, form, name, located, service.local_app_dir / "files"))
 
 
-_patched = False
-_lock = threading.Lock()
+_driver: "BlobService | None" = None
 
 
-def install_sparkfiles_hook() -> None:
-    """Wraps ``SparkFiles.get`` (idempotent; cheap: one check per call for foreign names)."""
-    global _patched
-    with _lock:
-        if _patched:
-            return
-        from pyspark import SparkFiles
-
-        original = SparkFiles.get.__func__  # type: ignore[attr-defined]
-
-        def get(cls: Any, filename: str) -> str:
-            try:
-                found = executor_get(filename)
-                if found is None:
-                    found = driver_get(filename)
-            except StewardError:
-                raise
-            if found is not None:
-                return found
-            return original(cls, filename)  # type: ignore[no-any-return]
-
-        get.__doc__ = original.__doc__
-        SparkFiles.get = classmethod(get)  # type: ignore[method-assign, assignment]
-        _patched = True
+def _transparent_service(sc: "SparkContext") -> "BlobService | None":
+    """The blob service when transparent file handling is on for ``sc``'s session in use."""
+    service = _driver
+    return service if service is not None and service.transparent_for(sc) else None
 
 
-def install_context_hooks(files: TransparentFiles) -> None:
-    """Wraps ``addFile``, ``addArchive`` and ``addPyFile`` of SparkContext (idempotent)."""
-    from pyspark import SparkContext
+# -- interceptions (installed by spark_steward.kernel.patches) ------------------------------
 
-    if getattr(SparkContext.addFile, "__steward__", False):
-        return
-    original_add_file = SparkContext.addFile
-    original_add_archive = SparkContext.addArchive
-    original_add_py_file = SparkContext.addPyFile
+_FILES = TransparentFiles()
 
-    def addFile(self: "SparkContext", path: str, recursive: bool = False) -> None:
-        if not files.add(self, path, recursive, archive=False):
-            original_add_file(self, path, recursive)
 
-    def addArchive(self: "SparkContext", path: str) -> None:
-        if not files.add(self, path, False, archive=True):
-            original_add_archive(self, path)
+def _sparkfiles_get(proceed: Callable[..., str], cls: Any, filename: str) -> str:
+    """``SparkFiles.get``: ours first (cheap: one check per call for foreign names)."""
+    found = executor_get(filename)
+    if found is None:
+        found = driver_get(filename)
+    return found if found is not None else proceed(cls, filename)
 
-    def addPyFile(self: "SparkContext", path: str) -> None:
-        # Python dependencies go on executors' sys.path through Spark's own mechanism.
-        _bypass.active = True
-        try:
-            original_add_py_file(self, path)
-        finally:
-            _bypass.active = False
 
-    for wrapper, original in ((addFile, original_add_file), (addArchive, original_add_archive),
-                              (addPyFile, original_add_py_file)):
-        wrapper.__doc__ = original.__doc__
-        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-        wrapper.__steward__ = True  # type: ignore[attr-defined]
-    SparkContext.addFile = addFile  # type: ignore[method-assign]
-    SparkContext.addArchive = addArchive  # type: ignore[method-assign]
-    SparkContext.addPyFile = addPyFile  # type: ignore[method-assign]
-    install_sparkfiles_hook()
+def _add_file(proceed: Callable[..., None], sc: "SparkContext", path: str,
+              recursive: bool = False) -> None:
+    if not _FILES.add(sc, path, recursive, archive=False):
+        proceed(sc, path, recursive)
+
+
+def _add_archive(proceed: Callable[..., None], sc: "SparkContext", path: str) -> None:
+    if not _FILES.add(sc, path, False, archive=True):
+        proceed(sc, path)
+
+
+def _add_py_file(proceed: Callable[..., None], sc: "SparkContext", path: str) -> None:
+    # Python dependencies go on executors' sys.path through Spark's own mechanism.
+    _bypass.active = True
+    try:
+        proceed(sc, path)
+    finally:
+        _bypass.active = False
+
+
+def executor_setup() -> None:
+    """Run once in each executor process (``BlobService.executor_setup``)."""
+    patches.intercept("SparkFiles.get", "blobs", _sparkfiles_get)
+
+
+def driver_setup(service: "BlobService") -> None:
+    """The blob service's driver hook (``BlobService.driver_hooks``): the driver's
+    interceptions, served by ``service`` until the next attach replaces it."""
+    global _driver
+    _driver = service
+    patches.intercept("SparkContext.addFile", "blobs", _add_file)
+    patches.intercept("SparkContext.addArchive", "blobs", _add_archive)
+    patches.intercept("SparkContext.addPyFile", "blobs", _add_py_file)
+    patches.intercept("SparkFiles.get", "blobs", _sparkfiles_get)

@@ -11,25 +11,26 @@ from __future__ import annotations
 
 import itertools
 import logging
-import shutil
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator
 
-from spark_steward.applications import ApplicationRegistry, sweep_local_folders
+from spark_steward.applications import ApplicationRegistry
 from spark_steward.blob.depot import BlobDepot
 from spark_steward.blob.keys import APPLICATION_SCOPE, validate_scope_name
 from spark_steward.blob.server import BlobServer
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
 from spark_steward.config import (BLOB_HA, BLOB_NETWORK_TIMEOUT, BLOB_RETENTION_INTERVAL,
                                   BLOB_SERVER_MAX_CONNECTIONS, BLOB_SERVER_MAX_FRAME,
-                                  BLOB_SERVER_PORT, STORAGE_DIR)
+                                  BLOB_SERVER_PORT, BLOB_TRANSPARENT, STORAGE_DIR)
 from spark_steward.errors import ScopeError, StewardError
 from spark_steward.kernel.events import JobEnd, JobStart, SparkEvent, TaskEnd
-from spark_steward.kernel.services import RuntimeService
+from spark_steward.kernel.runtime import RuntimeService
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
+
     from spark_steward.kernel.runtime import DriverRuntime
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,12 @@ class Scope:
 
 
 class BlobService(RuntimeService):
-    name = "blobs"
+    """The driver's blob service: server, depot, staged cleanup and owner scopes."""
+
+    name: ClassVar[str] = "blobs"
+    rank: ClassVar[int] = 20
+    executor_setup: ClassVar[tuple[str, ...]] = ("spark_steward.blob.files:executor_setup",)
+    driver_hooks: ClassVar[tuple[str, ...]] = ("spark_steward.blob.files:driver_setup",)
 
     def __init__(self) -> None:
         self.depot: BlobDepot | None = None
@@ -107,11 +113,6 @@ class BlobService(RuntimeService):
             except (OSError, StewardError) as exc:
                 log.warning("could not look for dead applications' blobs in %s: %s",
                             runtime.storage.url, exc)
-        try:
-            sweep_local_folders(conf.local_dir(), runtime.registry, runtime.app_id)
-        except (OSError, StewardError) as exc:
-            log.warning("could not sweep %s for dead applications' folders: %s",
-                        conf.local_dir(), exc)
         self._ticker = threading.Thread(target=self._tick_forever,
                                         args=(conf.get(BLOB_RETENTION_INTERVAL),),
                                         name="spark-steward-blob-cleanup", daemon=True)
@@ -143,6 +144,23 @@ class BlobService(RuntimeService):
         elif isinstance(event, JobEnd):
             depot.job_ended(event.job_id, event.succeeded)
 
+    def require_depot(self) -> BlobDepot:
+        """The depot; raises while the service is not started (or after its stop)."""
+        if self.depot is None:
+            raise StewardError("the blob service is not running (spark-steward detached)")
+        return self.depot
+
+    @property
+    def running(self) -> bool:
+        """Between start and the application's stop."""
+        return self._runtime is not None and not self._runtime.stopped
+
+    def transparent_for(self, sc: "SparkContext") -> bool:
+        """Whether ``sc.addFile`` and friends go through this service for the session in use."""
+        runtime = self._runtime
+        return (runtime is not None and not runtime.stopped and runtime.sc is sc
+                and runtime.enabled_for(None) and runtime.conf.get(BLOB_TRANSPARENT))
+
     def stop(self, runtime: "DriverRuntime") -> None:
         self._stop.set()
         if self._ticker is not None:
@@ -151,10 +169,7 @@ class BlobService(RuntimeService):
             self.server.close()
         if self.depot is not None:
             self.depot.end_application()
-        if self.local_app_dir is not None:
-            # The application's working dir on this host: blobs, caches, local state, manifest.
-            # Other hosts' go at the next start of an application there (or gc --local-dir).
-            shutil.rmtree(self.local_app_dir, ignore_errors=True)
+        # The folder itself goes with the application's working dir (LocalService).
 
     # -- scopes ------------------------------------------------------------------------------
 

@@ -3,8 +3,8 @@ into checksummed files, and read back as a DataFrame.
 
 Everything runs in the JVM (``io.sparksteward.shim.CheckpointData``): one Spark job whose tasks
 each write their partition to one file, with no Python worker in the way. This module passes
-URLs, names and the JSON records across py4j and turns JVM failures into
-:class:`~spark_steward.errors.CheckpointError`.
+URLs, names and the JSON records to the JVM (through :mod:`spark_steward.kernel.jvm`) and turns
+JVM failures into :class:`~spark_steward.errors.CheckpointError`.
 
 File format (integers little-endian): a 12-byte header ``"SSCK" | int32 version (1) | int32
 fields``, then blocks ``int32 payload length | int32 rows | int32 crc32c(payload) | payload`` of
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from spark_steward.errors import CheckpointError
-from spark_steward.kernel import shim_calls
-from spark_steward.kernel.shim_calls import ensure_on_executors, java_message, shim_class
+from spark_steward.kernel import jvm
+from spark_steward.kernel.jvm import ensure_on_executors
 
 __all__ = ["DataFile", "ensure_on_executors", "hadoop_url", "read_dataframe", "write_dataframe"]
 
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-DATA_CLASS = "io.sparksteward.shim.CheckpointData"
 
 @dataclass(frozen=True)
 class DataFile:
@@ -52,7 +50,7 @@ class DataFile:
 
 def hadoop_url(storage_url: str) -> str:
     """The Hadoop URL executors open for ``storage_url``; CheckpointError when there is none."""
-    return shim_calls.hadoop_url(storage_url, "checkpoint data", CheckpointError)
+    return jvm.hadoop_url(storage_url, "checkpoint data", CheckpointError)
 
 
 # -- the data path ----------------------------------------------------------------------------
@@ -62,18 +60,13 @@ def write_dataframe(df: "DataFrame", data_url: str) -> list[DataFile]:
     :func:`hadoop_url`) in one Spark job; returns one record per partition, by partition.
 
     Files not named in the result (failed or speculative attempts) may be in the folder."""
-    from py4j.protocol import Py4JJavaError
-
-    if getattr(df, "_jdf", None) is None:
+    if not jvm.is_classic(df):
         raise CheckpointError("checkpoint data needs a classic (non Spark Connect) DataFrame")
     sc = df.sparkSession.sparkContext
     ensure_on_executors(sc)
     tag = uuid.uuid4().hex[:12]
-    try:
-        out = shim_class(sc, DATA_CLASS).call("write", df._jdf, data_url, tag)
-    except Py4JJavaError as exc:
-        raise CheckpointError(
-            f"writing checkpoint data to {data_url} failed: {java_message(exc)}") from None
+    out = jvm.call(sc, "writeCheckpointData", jvm.dataframe_handle(df), data_url, tag,
+                   error=CheckpointError, what=f"writing checkpoint data to {data_url} failed")
     files = [DataFile(partition=int(r["partition"]), name=str(r["name"]), rows=int(r["rows"]),
                       bytes=int(r["bytes"]), crc32c=str(r["crc32c"]))
              for r in json.loads(str(out))]
@@ -85,9 +78,6 @@ def read_dataframe(spark: "SparkSession", data_url: str, files: Sequence[DataFil
     """A DataFrame over ``files`` in the folder ``data_url``: one partition per file, in
     partition order. Lazy: a missing, short or corrupt file fails the action that reads it,
     with an IOException naming the file URL and what failed."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.sql import DataFrame
-
     ordered = sorted(files, key=lambda f: f.partition)
     lines = []
     for f in ordered:
@@ -106,9 +96,7 @@ def read_dataframe(spark: "SparkSession", data_url: str, files: Sequence[DataFil
         schema_json = schema_json.json()
     sc = spark.sparkContext
     ensure_on_executors(sc)
-    try:
-        jdf = shim_class(sc, DATA_CLASS).call("read", spark._jsparkSession, data_url, listing, schema_json)
-    except Py4JJavaError as exc:
-        raise CheckpointError(
-            f"reading checkpoint data from {data_url} failed: {java_message(exc)}") from None
-    return DataFrame(jdf, spark)
+    jdf = jvm.call(sc, "readCheckpointData", jvm.session_handle(spark), data_url, listing,
+                   schema_json, error=CheckpointError,
+                   what=f"reading checkpoint data from {data_url} failed")
+    return jvm.to_dataframe(jdf, spark)

@@ -31,9 +31,11 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    from spark_steward.checkpoint.service import CheckpointService
     from spark_steward.kernel.runtime import DriverRuntime
 
 log = logging.getLogger(__name__)
+
 
 class SparkCheckpointOwner:
     """Listener of the checkpoint hooks; registers into ``store`` under ``_spark.<app id>``."""
@@ -154,21 +156,26 @@ class SparkCheckpointOwner:
                         self._rdds[rdd_id] = self.store.complete(entry)
 
 
+_owner: SparkCheckpointOwner | None = None
+
+
+def install(service: "CheckpointService") -> None:
+    """The checkpoint service's driver hook (``CheckpointService.driver_hooks``): the owner of
+    Spark's own checkpoints for this application, kept on the service for its stop."""
+    global _owner
+    assert service.runtime is not None and service.store is not None
+    owner = SparkCheckpointOwner(service.runtime, service.store)
+    owner.start()
+    service.spark_checkpoints = _owner = owner
+
+
 class _Dispatch:
-    """The hooks call this; it forwards to the owner of the current runtime, if any."""
+    """The hooks call this; it forwards to the owner of the running application, if any."""
 
     @staticmethod
     def _owner() -> SparkCheckpointOwner | None:
-        from spark_steward.kernel.runtime import current_runtime
-
-        runtime = current_runtime()
-        if runtime is None:
-            return None
-        try:
-            service = runtime.service("checkpoints")
-        except KeyError:
-            return None
-        return getattr(service, "spark_checkpoints", None)
+        owner = _owner
+        return owner if owner is not None and not owner.runtime.stopped else None
 
     def before_checkpoint_dir(self, sc: "SparkContext", requested_dir: str | None) -> None:
         return None

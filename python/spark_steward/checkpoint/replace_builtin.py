@@ -10,12 +10,11 @@ checkpoint dir is needed. Both ``eager`` values write at the call (Spark defers 
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from spark_steward.config import CHECKPOINTS_REPLACE_BUILTIN
+from spark_steward.kernel import jvm, patches
 from spark_steward.kernel.session import session_value
 
 if TYPE_CHECKING:
@@ -25,45 +24,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_lock = threading.Lock()
-_installed = False
+_service: "CheckpointService | None" = None
 
 
 def replacing_service(df: "DataFrame") -> "CheckpointService | None":
     """The checkpoint service when it serves ``df.checkpoint()`` for ``df``'s session."""
-    from spark_steward.kernel.runtime import current_runtime
-
-    runtime = current_runtime()
-    if runtime is None or getattr(df, "_jdf", None) is None or df.isStreaming:
+    service = _service
+    runtime = service.runtime if service is not None else None
+    if runtime is None or runtime.stopped or not jvm.is_classic(df) or df.isStreaming:
         return None
     session = df.sparkSession
     if session.sparkContext is not runtime.sc or not runtime.enabled_for(session):
         return None
     on = session_value(session, CHECKPOINTS_REPLACE_BUILTIN,
                        runtime.conf.get(CHECKPOINTS_REPLACE_BUILTIN))
-    return runtime.service("checkpoints") if on else None
+    return service if on else None
 
 
-def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def checkpoint(self: "DataFrame", eager: bool = True) -> "DataFrame":
-        service = replacing_service(self)
-        if service is None:
-            return original(self, eager)
-        return service.checkpoint_dataframe(self)
-
-    checkpoint.__wrapped__ = original  # type: ignore[attr-defined]
-    return checkpoint
+def _checkpoint(proceed: Callable[..., Any], df: "DataFrame", *args: Any, **kwargs: Any
+                ) -> Any:
+    service = replacing_service(df)
+    if service is None:
+        return proceed(df, *args, **kwargs)
+    return service.checkpoint_dataframe(df)
 
 
-def install_builtin_checkpoint_hook() -> None:
-    """Wraps the classic DataFrame's ``checkpoint`` (idempotent); it stays Spark's for every
-    session that has not turned ``replace-builtin`` on."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        from pyspark.sql.classic.dataframe import DataFrame
-
-        DataFrame.checkpoint = _wrap(DataFrame.checkpoint)  # type: ignore[method-assign]
-        _installed = True
+def install(service: "CheckpointService") -> None:
+    """The checkpoint service's driver hook: ``df.checkpoint()`` stays Spark's for every
+    session that has not turned ``replace-builtin`` on. Outermost (order 10): a replaced
+    checkpoint never reaches Spark's, nor the ownership probe after it."""
+    global _service
+    _service = service
+    patches.intercept("DataFrame.checkpoint", "checkpoints-replace", _checkpoint, order=10)

@@ -14,10 +14,10 @@ import builtins
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from spark_steward.checkpoint.store import CheckpointStore, Key
-from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
+from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
+from spark_steward.cleaner import OrphanKey, RetryingCleaner, cleaner_from_conf
 from spark_steward.config import (CHECKPOINTS_MERGING, CHECKPOINTS_ORPHAN_GRACE,
                                   CHECKPOINTS_RETAINED, CLEANUP_SHUTDOWN_TIMEOUT)
 from spark_steward.errors import CheckpointCorrupt, CheckpointError, StewardError
@@ -26,7 +26,7 @@ from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
 from spark_steward.checkpoint.merging.dataframes import ARTIFACT_FORMAT as MERGED_FORMAT
 from spark_steward.checkpoint.merging.dataframes import restore_merged, save_merged
 from spark_steward.kernel.session import session_value
-from spark_steward.kernel.services import RuntimeService
+from spark_steward.kernel.runtime import RuntimeService
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -38,23 +38,34 @@ log = logging.getLogger(__name__)
 ARTIFACT_FORMAT = "spark-steward-rows/1"
 
 
-def describe_key(key: Key) -> str:
-    series, number = key
-    return series[len("orphan:"):] if series.startswith("orphan:") else f"checkpoint {series}/{number}"
+def describe_key(key: CheckpointCleanup) -> str:
+    return key.describe() if isinstance(key, OrphanKey) else f"checkpoint {key.describe()}"
 
 
 class CheckpointService(RuntimeService):
-    name = "checkpoints"
+    """The application's checkpoint store and the owner of Spark's own checkpoints."""
+
+    name: ClassVar[str] = "checkpoints"
+    rank: ClassVar[int] = 30
+    # Ownership of Spark's checkpoints first, then the replacement of df.checkpoint().
+    driver_hooks: ClassVar[tuple[str, ...]] = ("spark_steward.checkpoint.ownership:install",
+                                               "spark_steward.checkpoint.replace_builtin:install")
 
     def __init__(self) -> None:
         self.store: CheckpointStore | None = None
         self._runtime: DriverRuntime | None = None
         self.spark_checkpoints: Any = None
 
+    @property
+    def runtime(self) -> "DriverRuntime | None":
+        """The runtime this service started in (None before start)."""
+        return self._runtime
+
     def start(self, runtime: "DriverRuntime") -> None:
         conf = runtime.conf
         self._runtime = runtime
-        cleaner: RetryingCleaner[Key] = cleaner_from_conf(conf, "checkpoint-cleanup", describe_key)
+        cleaner: RetryingCleaner[CheckpointCleanup] = cleaner_from_conf(
+            conf, "checkpoint-cleanup", describe_key)
         self.store = CheckpointStore(runtime.storage, runtime.app_id, cleaner,
                                      is_dead=runtime.registry.is_dead)
         report = self.store.recover(conf.get(CHECKPOINTS_ORPHAN_GRACE))
@@ -66,13 +77,6 @@ class CheckpointService(RuntimeService):
             log.warning("checkpoint entry %s could not be read or fails verification; its "
                         "series' orphans are left alone (spark-steward checkpoints ls)",
                         runtime.storage.url_of(path))
-        from spark_steward.checkpoint.ownership import SparkCheckpointOwner
-
-        self.spark_checkpoints = SparkCheckpointOwner(runtime, self.store)
-        self.spark_checkpoints.start()
-        from spark_steward.checkpoint.replace_builtin import install_builtin_checkpoint_hook
-
-        install_builtin_checkpoint_hook()
 
     def before_context_stop(self, runtime: "DriverRuntime") -> None:
         if self.spark_checkpoints is not None:
@@ -111,23 +115,23 @@ class CheckpointService(RuntimeService):
         """Registers the RDD that reads ``entry`` with Spark's ContextCleaner, so the entry is
         discarded once nothing on the JVM references it (as Spark cleans its own checkpoints);
         without the cleaner (or ``checkpoints.transparent=false``) it goes at stop."""
-        from spark_steward.checkpoint.spark_checkpoints import release_java
+        from spark_steward.kernel import jvm
 
         owner = self.spark_checkpoints
         if owner is None or not owner.active:
             return
         sc = df.sparkSession.sparkContext
-        plan = df._jdf.queryExecution().logical()
+        plan = jvm.dataframe_handle(df).queryExecution().logical()
         rdd = cleaner = None
         try:
             if str(plan.nodeName()) != "LogicalRDD":
                 return
             rdd = plan.rdd()
-            cleaner = sc._jsc.sc().cleaner()
+            cleaner = jvm.context_handle(sc).cleaner()
             if cleaner.isDefined() and owner.serve(int(rdd.id()), entry):
                 cleaner.get().registerRDDForCleanup(rdd)
         finally:
-            release_java(sc._gateway, rdd, plan, cleaner)
+            jvm.release(rdd, plan, cleaner)
 
     # -- named series ------------------------------------------------------------------------
 
@@ -171,7 +175,7 @@ class CheckpointSeries:
         from spark_steward.kernel.runtime import runtime_for
 
         runtime = runtime_for(spark or self._spark)
-        return runtime, runtime.service("checkpoints")
+        return runtime, runtime.service(CheckpointService)
 
     def retained(self, runtime: "DriverRuntime") -> int:
         return self._retained if self._retained is not None else \

@@ -1,4 +1,4 @@
-"""Spark's own reliable checkpoints, seen from Python: py4j probes and call hooks, no storage.
+"""Spark's own reliable checkpoints, seen from Python: JVM probes and call hooks, no storage.
 
 What Spark does (pyspark 4.x classic, verified by tests/spark/test_spark_checkpoint_hooks.py):
 
@@ -19,16 +19,17 @@ What Spark does (pyspark 4.x classic, verified by tests/spark/test_spark_checkpo
   at ``spark.stop()`` or after a crash.
 
 Paths are returned as URLs: Hadoop's ``file:/x`` becomes ``file:///x``; other schemes are kept as
-Hadoop prints them. Every py4j object created here is detached before returning, so nothing here
+Hadoop prints them. Every JVM object created here is released before returning, so nothing here
 keeps a checkpointed RDD alive on the JVM (a held reference would stop the cleaner forever).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from spark_steward.kernel import jvm, patches
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLEAN_CHECKPOINTS = "spark.cleaner.referenceTracking.cleanCheckpoints"
-WATCH_CLASS = "io.sparksteward.shim.CheckpointCleanWatch"
 _LOGICAL_RDD = "LogicalRDD"
 
 
@@ -79,26 +79,9 @@ def to_url(hadoop_path: str) -> str:
     return hadoop_path
 
 
-def release_java(gateway: Any, *objects: Any) -> None:
-    """Drops py4j's references to JVM objects now instead of at Python's next GC."""
-    for obj in objects:
-        if obj is not None and hasattr(obj, "_detach"):
-            try:
-                gateway.detach(obj)
-            except Exception:  # the gateway is gone: so is the reference
-                pass
-
-
-def _option_string(gateway: Any, option: Any) -> str | None:
-    try:
-        return str(option.get()) if option.isDefined() else None
-    finally:
-        release_java(gateway, option)
-
-
 def checkpoint_dir(sc: "SparkContext") -> str | None:
     """The context's current checkpoint dir (``<requested>/<uuid>``) as a URL, or None."""
-    return _url_or_none(_option_string(sc._gateway, sc._jsc.sc().getCheckpointDir()))
+    return _url_or_none(jvm.option_value(jvm.context_handle(sc).getCheckpointDir()))
 
 
 def _url_or_none(path: str | None) -> str | None:
@@ -116,8 +99,7 @@ def checkpointed_rdd_of_dataframe(df: "DataFrame") -> tuple[int, str | None]:
     """For a DataFrame returned by ``df.checkpoint(eager)``: the id of the checkpointed internal
     RDD and its checkpoint folder URL once written (None before). Raises ValueError for a
     DataFrame that is not a reliable checkpoint (e.g. a ``localCheckpoint`` or a query on top)."""
-    gateway = df.sparkSession.sparkContext._gateway
-    plan = df._jdf.logicalPlan()
+    plan = jvm.dataframe_handle(df).logicalPlan()
     rdd = None
     try:
         if str(plan.nodeName()) != _LOGICAL_RDD:
@@ -128,75 +110,31 @@ def checkpointed_rdd_of_dataframe(df: "DataFrame") -> tuple[int, str | None]:
         try:
             marked = bool(data.isDefined())
         finally:
-            release_java(gateway, data)
+            jvm.release(data)
         if not marked or rdd.isLocallyCheckpointed():
             raise ValueError(f"RDD {rdd_id} under this DataFrame is not reliably checkpointed")
-        return rdd_id, _url_or_none(_option_string(gateway, rdd.getCheckpointFile()))
+        return rdd_id, _url_or_none(jvm.option_value(rdd.getCheckpointFile()))
     finally:
-        release_java(gateway, rdd, plan)
-
-
-def clean_checkpoints_on(sc: "SparkContext") -> bool:
-    """Whether checkpoints written from now on will be registered with Spark's ContextCleaner
-    (the live conf value; the context must also have a cleaner)."""
-    jsc = sc._jsc.sc()
-    cleaner = jsc.cleaner()
-    try:
-        if not cleaner.isDefined():
-            return False
-    finally:
-        release_java(sc._gateway, cleaner)
-    return str(jsc.conf().get(CLEAN_CHECKPOINTS, "false")).strip().lower() == "true"
+        jvm.release(rdd, plan)
 
 
 # -- the shim's CheckpointCleanWatch ---------------------------------------------------------
 
 
-def _watch_call(sc: "SparkContext", bridge: Any, method: str) -> bool:
-    """Calls static ``CheckpointCleanWatch.<method>(SparkContext)``. The shim is on the driver
-    classpath when the plugin or spark.jars was configured; when attach loaded it from the jar
-    through a class loader of its own, the class is reached through the bridge's loader."""
-    from py4j.java_gateway import JavaClass
-
-    jvm: Any = sc._jvm
-    jsc: Any = sc._jsc.sc()
-    obj: Any = jvm
-    for part in WATCH_CLASS.split("."):
-        obj = getattr(obj, part)
-    if isinstance(obj, JavaClass):
-        return bool(getattr(obj, method)(jsc))
-    java_bridge = getattr(bridge, "_bridge", bridge)
-    if java_bridge is None:
-        from spark_steward.errors import SetupError
-
-        raise SetupError(f"{WATCH_CLASS} is not on the driver classpath and no event bridge "
-                         "was given to find the shim's class loader (pass runtime.bridge)")
-    gateway: Any = sc._gateway
-    java_class = java_bridge.getClass().getClassLoader().loadClass(WATCH_CLASS)
-    arg_types = gateway.new_array(jvm.java.lang.Class, 1)
-    arg_types[0] = jsc.getClass()
-    args = gateway.new_array(jvm.java.lang.Object, 1)
-    args[0] = jsc
-    try:
-        return bool(java_class.getMethod(method, arg_types).invoke(None, args))
-    finally:
-        release_java(gateway, args, arg_types, java_class)
-
-
 def install_clean_watch(sc: "SparkContext", bridge: Any = None) -> bool:
     """Attaches the shim's CheckpointCleanWatch to ``sc``'s ContextCleaner (idempotent per
     context), so every checkpoint Spark cleans arrives as a ``CheckpointCleaned`` event through
-    the runtime's dispatcher. ``bridge`` is the runtime's EventBridgeHandle (needed only when
-    the shim was loaded from its jar at attach). False when the context has no cleaner
-    (``spark.cleaner.referenceTracking=false``)."""
-    return _watch_call(sc, bridge, "install")
+    the runtime's dispatcher. ``bridge`` (the runtime's EventBridgeHandle) is accepted for
+    compatibility and not needed: the shim's facade has one class loader per context. False
+    when the context has no cleaner (``spark.cleaner.referenceTracking=false``)."""
+    return bool(jvm.call(sc, "installCleanWatch", jvm.context_handle(sc)))
 
 
 def enable_clean_checkpoints(sc: "SparkContext", bridge: Any = None) -> bool:
     """Sets ``spark.cleaner.referenceTracking.cleanCheckpoints=true`` on the live conf unless the
     user set it; returns whether checkpoints written from now on will be cleaned by Spark.
     Checkpoints written before this call stay unregistered with the cleaner."""
-    return _watch_call(sc, bridge, "enableCleanCheckpoints")
+    return bool(jvm.call(sc, "enableCleanCheckpoints", jvm.context_handle(sc)))
 
 
 # -- call hooks ------------------------------------------------------------------------------
@@ -241,75 +179,58 @@ def install_checkpoint_hooks(listener: CheckpointListener | None) -> Callable[[]
     return remove
 
 
-def current_checkpoint_listener() -> CheckpointListener | None:
-    """The listener the hooks call now, if any."""
-    return _listener
+def _set_checkpoint_dir(proceed: Callable[..., Any], sc: Any, *args: Any, **kwargs: Any
+                        ) -> Any:
+    if _listener is None:
+        return proceed(sc, *args, **kwargs)
+    requested = args[0] if args else kwargs.get("dirName")
+    _notify("before_checkpoint_dir", sc, requested)
+    result = proceed(sc, *args, **kwargs)
+    try:
+        actual = checkpoint_dir(sc)
+    except Exception:
+        log.exception("spark-steward could not read the checkpoint dir just set")
+        return result
+    _notify("checkpoint_dir_set", sc, actual)
+    return result
 
 
-def _wraps(original: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def decorate(wrapper: Callable[..., Any]) -> Callable[..., Any]:
-        functools.update_wrapper(wrapper, original)
-        return wrapper
+def _rdd_checkpoint(proceed: Callable[..., Any], rdd: Any, *args: Any, **kwargs: Any) -> Any:
+    if _listener is not None:
+        try:
+            rdd_id = int(rdd.id())
+            path = rdd_checkpoint_path(rdd.ctx, rdd_id)
+        except Exception:
+            log.exception("spark-steward could not probe the RDD being checkpointed")
+            path = None
+        if path is not None:  # None: no dir set, and Spark raises below
+            _notify("before_rdd_checkpoint", rdd.ctx, rdd_id, path)
+    return proceed(rdd, *args, **kwargs)
 
-    return decorate
+
+def _dataframe_checkpoint(proceed: Callable[..., Any], df: Any, *args: Any, **kwargs: Any
+                          ) -> Any:
+    result = proceed(df, *args, **kwargs)
+    if _listener is None:
+        return result
+    try:
+        sc = result.sparkSession.sparkContext
+        rdd_id, written_at = checkpointed_rdd_of_dataframe(result)
+        path = written_at or rdd_checkpoint_path(sc, rdd_id)
+    except Exception:
+        log.exception("spark-steward could not probe the checkpointed DataFrame")
+        return result
+    if path is not None:
+        _notify("dataframe_checkpointed", sc, rdd_id, path, written_at is not None,
+                result.sparkSession)
+    return result
+
+
+_POINTS = ("SparkContext.setCheckpointDir", "RDD.checkpoint", "DataFrame.checkpoint")
 
 
 def _patch() -> None:
-    from pyspark.core.context import SparkContext
-    from pyspark.core.rdd import RDD
-    from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
-
-    set_dir = SparkContext.setCheckpointDir
-
-    @_wraps(set_dir)
-    def setCheckpointDir(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _listener is None:
-            return set_dir(self, *args, **kwargs)
-        requested = args[0] if args else kwargs.get("dirName")
-        _notify("before_checkpoint_dir", self, requested)
-        result = set_dir(self, *args, **kwargs)
-        try:
-            actual = checkpoint_dir(self)
-        except Exception:
-            log.exception("spark-steward could not read the checkpoint dir just set")
-            return result
-        _notify("checkpoint_dir_set", self, actual)
-        return result
-
-    rdd_checkpoint = RDD.checkpoint
-
-    @_wraps(rdd_checkpoint)
-    def checkpoint(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _listener is not None:
-            try:
-                rdd_id = int(self.id())
-                path = rdd_checkpoint_path(self.ctx, rdd_id)
-            except Exception:
-                log.exception("spark-steward could not probe the RDD being checkpointed")
-                path = None
-            if path is not None:  # None: no dir set, and Spark raises below
-                _notify("before_rdd_checkpoint", self.ctx, rdd_id, path)
-        return rdd_checkpoint(self, *args, **kwargs)
-
-    df_checkpoint = ClassicDataFrame.checkpoint
-
-    @_wraps(df_checkpoint)
-    def df_checkpoint_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = df_checkpoint(self, *args, **kwargs)
-        if _listener is None:
-            return result
-        try:
-            sc = result.sparkSession.sparkContext
-            rdd_id, written_at = checkpointed_rdd_of_dataframe(result)
-            path = written_at or rdd_checkpoint_path(sc, rdd_id)
-        except Exception:
-            log.exception("spark-steward could not probe the checkpointed DataFrame")
-            return result
-        if path is not None:
-            _notify("dataframe_checkpointed", sc, rdd_id, path, written_at is not None,
-                    result.sparkSession)
-        return result
-
-    SparkContext.setCheckpointDir = setCheckpointDir  # type: ignore[method-assign]
-    RDD.checkpoint = checkpoint  # type: ignore[method-assign]
-    ClassicDataFrame.checkpoint = df_checkpoint_hook  # type: ignore[method-assign]
+    patches.intercept(_POINTS[0], "checkpoints", _set_checkpoint_dir)
+    patches.intercept(_POINTS[1], "checkpoints", _rdd_checkpoint)
+    patches.intercept(_POINTS[2], "checkpoints", _dataframe_checkpoint)
+    patches.install(_POINTS)

@@ -4,7 +4,6 @@ once pyspark defines SparkContext; this module imports nothing heavy until a con
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
 
@@ -14,21 +13,20 @@ ENABLED_KEY = "spark.steward.enabled"
 
 
 def patch_spark_context(cls: Any) -> None:
-    """Wraps ``cls._do_init`` so a context with spark.steward.enabled=true attaches (idempotent)."""
-    if getattr(cls, "_spark_steward_patched", False):
+    """Intercepts ``cls._do_init`` so a context with spark.steward.enabled=true attaches
+    (idempotent). ``cls`` is pyspark's SparkContext, just defined."""
+    from spark_steward.kernel import patches
+
+    patches.intercept("SparkContext._do_init", "kernel", _attach_after_init, order=0)
+    patches.install(["SparkContext._do_init"])
+
+
+def _attach_after_init(proceed: Any, sc: Any, *args: Any, **kwargs: Any) -> None:
+    proceed(sc, *args, **kwargs)
+    raw = sc._conf.get(ENABLED_KEY, None)
+    if raw is None or raw.strip().lower() == "false":
         return
-    original = cls._do_init
+    from spark_steward.kernel.runtime import attach
 
-    @functools.wraps(original)
-    def _do_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        raw = self._conf.get(ENABLED_KEY, None)
-        if raw is None or raw.strip().lower() == "false":
-            return
-        from spark_steward.kernel.runtime import attach
-
-        # A bad value raises ConfigError here, and pyspark stops the half-built context.
-        attach(self, explicit=False)
-
-    cls._do_init = _do_init
-    cls._spark_steward_patched = True
+    # A bad value raises ConfigError here, and pyspark stops the half-built context.
+    attach(sc, explicit=False)

@@ -23,25 +23,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Set by the driver runtime: returns the context broadcast to attach for this SparkContext, or
-# None when spark-steward is off for the session in use.
-_broadcast_for: Callable[["SparkContext"], "Broadcast[executor.ExecutorContext] | None"] | None = None
-_original_prepare: Callable[..., Any] | None = None
-
-
-_hooks_installed = False
-
 
 def _install_and_return(context_broadcast: "Broadcast[executor.ExecutorContext]",
                         command: Any) -> Any:
     """Runs on the executor while the command is unpickled."""
-    global _hooks_installed
     executor.install_context(context_broadcast.value)
-    if not _hooks_installed:
-        from spark_steward.blob.files import install_sparkfiles_hook
-
-        install_sparkfiles_hook()
-        _hooks_installed = True
     return command
 
 
@@ -76,28 +62,23 @@ def _is_rdd_command(command: Any) -> bool:
             and isinstance(command[2], Serializer) and isinstance(command[3], Serializer))
 
 
-def _prepare_with_context(sc: "SparkContext", command: Any) -> Any:
-    assert _original_prepare is not None
-    broadcast = _broadcast_for(sc) if _broadcast_for is not None else None
-    if broadcast is not None:
-        if _is_rdd_command(command):
-            func, profiler, deserializer, serializer = command
-            command = (_TaskScoped(func), profiler, deserializer, serializer)
-        command = _CommandCarrier(broadcast, command)
-    return _original_prepare(sc, command)
-
-
-def install_command_hook(
+def command_handler(
         broadcast_for: Callable[["SparkContext"], "Broadcast[executor.ExecutorContext] | None"]
-) -> None:
-    """Routes every pickled Python command through the carrier (idempotent)."""
-    global _broadcast_for, _original_prepare
-    import pyspark.core.rdd as rdd_module
+) -> Callable[..., Any]:
+    """The interception of ``_prepare_for_python_RDD`` that routes every pickled Python command
+    through the carrier, when ``broadcast_for`` gives a context broadcast for the context."""
 
-    _broadcast_for = broadcast_for
-    if _original_prepare is None:
-        _original_prepare = rdd_module._prepare_for_python_RDD
-        rdd_module._prepare_for_python_RDD = _prepare_with_context
+    def prepare_with_context(proceed: Callable[..., Any], sc: "SparkContext", command: Any
+                             ) -> Any:
+        broadcast = broadcast_for(sc)
+        if broadcast is not None:
+            if _is_rdd_command(command):
+                func, profiler, deserializer, serializer = command
+                command = (_TaskScoped(func), profiler, deserializer, serializer)
+            command = _CommandCarrier(broadcast, command)
+        return proceed(sc, command)
+
+    return prepare_with_context
 
 
 def bootstrap(rdd: "RDD[Any]", context_broadcast: "Broadcast[executor.ExecutorContext]"

@@ -9,6 +9,7 @@ coordinate through it (file locks, atomic renames), never through memory.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -44,6 +45,9 @@ class ExecutorContext:
     driver_host: str = ""
     server_port: int | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
+    #: ``module:function`` names each process calls once before its first task (the
+    #: capabilities' executor setup, see ``RuntimeService.executor_setup``).
+    setup: tuple[str, ...] = ()
 
 
 TaskHook = Callable[["TaskScope"], None]
@@ -135,6 +139,8 @@ class _ProcessState:
         self.context_task: int | None = None
         self.runtimes: dict[str, ExecutorRuntime] = {}
         self.lock = threading.Lock()
+        self.setup_done: set[str] = set()
+        self.setup_lock = threading.Lock()
 
 
 _state = _ProcessState()
@@ -161,6 +167,8 @@ def install_context(context: ExecutorContext) -> None:
     The context belongs to the task whose command carried it: a reused worker that later runs
     a task from a session with spark-steward off does not see it.
     """
+    if context.setup and not _state.setup_done.issuperset(context.setup):
+        _run_setup(context.setup)
     task = _task_attempt_id()
     changed = task != _state.context_task
     _state.context = context
@@ -168,6 +176,26 @@ def install_context(context: ExecutorContext) -> None:
     runtime = _state.runtimes.get(context.app_id)
     if changed and task is not None and runtime is not None:
         runtime.start_task(task)
+
+
+def _run_setup(names: tuple[str, ...]) -> None:
+    """Calls each capability's executor setup once per process, then installs the pyspark
+    interceptions they registered. A failing setup is logged and not retried: the task runs
+    without that capability's executor-side hooks rather than failing."""
+    from spark_steward.kernel import patches
+
+    with _state.setup_lock:
+        for name in names:
+            if name in _state.setup_done:
+                continue
+            _state.setup_done.add(name)
+            module, _, function = name.partition(":")
+            try:
+                getattr(importlib.import_module(module), function)()
+            except Exception:
+                log.exception("spark-steward executor setup %s failed in pid %d", name,
+                              os.getpid())
+        patches.install()
 
 
 def current_context() -> ExecutorContext | None:

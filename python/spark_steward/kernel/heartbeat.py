@@ -6,49 +6,45 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
 
-from spark_steward.applications import ApplicationRecord
-from spark_steward.config import HEARTBEAT_INTERVAL
+from spark_steward.applications import ApplicationRecord, ApplicationRegistry
 from spark_steward.errors import StewardError
-from spark_steward.kernel.services import RuntimeService
-
-if TYPE_CHECKING:
-    from spark_steward.kernel.runtime import DriverRuntime
 
 log = logging.getLogger(__name__)
 
 
-class ApplicationHeartbeat(RuntimeService):
-    name = "application-record"
+class ApplicationHeartbeat:
+    """The kernel's own: started before every capability, stopped after all of them."""
 
-    def __init__(self) -> None:
+    def __init__(self, registry: ApplicationRegistry, interval: float) -> None:
+        self.registry = registry
+        self.interval = interval
         self.record: ApplicationRecord | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, runtime: "DriverRuntime") -> None:
-        registry = runtime.registry
-        self.record = registry.new_record(runtime.app_id, runtime.app_name,
-                                          spark_version=runtime.spark_version,
-                                          steward_version=runtime.steward_version)
-        registry.write(self.record)
-        self._thread = threading.Thread(target=self._beat, args=(runtime, runtime.conf.get(HEARTBEAT_INTERVAL)),
-                                        name="spark-steward-heartbeat", daemon=True)
+    def start(self, app_id: str, app_name: str, *, spark_version: str,
+              steward_version: str) -> None:
+        self.record = self.registry.new_record(app_id, app_name, spark_version=spark_version,
+                                               steward_version=steward_version)
+        self.registry.write(self.record)
+        self._thread = threading.Thread(target=self._beat, name="spark-steward-heartbeat",
+                                        daemon=True)
         self._thread.start()
 
-    def _beat(self, runtime: "DriverRuntime", interval: float) -> None:
-        while not self._stop.wait(interval):
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
             try:
                 assert self.record is not None
-                self.record = runtime.registry.heartbeat(self.record)
+                self.record = self.registry.heartbeat(self.record)
             except (StewardError, OSError) as exc:
                 log.warning("spark-steward heartbeat for %s failed (will retry): %s",
-                            runtime.app_id, exc)
+                            self.record.app_id if self.record else "?", exc)
 
-    def stop(self, runtime: "DriverRuntime") -> None:
+    def stop(self) -> None:
+        """Marks the record finished: a clean stop, never mistaken for a crash."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
         if self.record is not None:
-            self.record = runtime.registry.finish(self.record)
+            self.record = self.registry.finish(self.record)

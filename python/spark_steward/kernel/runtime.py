@@ -11,27 +11,24 @@ from __future__ import annotations
 import atexit
 import logging
 import secrets
+import importlib
 import threading
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from spark_steward import __version__
+from spark_steward._version import __version__
 from spark_steward.applications import ApplicationRegistry
-from spark_steward.config import (BLOB_TRANSPARENT, ENABLED, EVENTS_BATCH_SIZE,
-                                  EVENTS_POLL_INTERVAL, HEARTBEAT_TIMEOUT, PREFIX, SHIM_JAR,
+from spark_steward.config import (ENABLED, EVENTS_BATCH_SIZE, EVENTS_POLL_INTERVAL,
+                                  HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, PREFIX, SHIM_JAR,
                                   StewardConf)
 from spark_steward.errors import DisabledForSession, NotAttached, SetupError
-from spark_steward.kernel import bootstrap
-from spark_steward.blob import files
-from spark_steward.kernel import session
-from spark_steward.blob.service import BlobService
-from spark_steward.checkpoint.service import CheckpointService
+from spark_steward.kernel import bootstrap, patches, session
 from spark_steward.kernel.dispatch import EventDispatcher
 from spark_steward.kernel.executor import ExecutorContext
 from spark_steward.kernel.heartbeat import ApplicationHeartbeat
 from spark_steward.kernel.jvm import PLUGIN_CLASS, EventBridgeHandle, SparkJvm
 from spark_steward.kernel.pump import EventPump
-from spark_steward.kernel.services import RuntimeService, service_factories
-from spark_steward.tables.service import TableService
+from spark_steward.kernel.services import discover
 from spark_steward.kernel.shim import jar_path
 from spark_steward.storage import Storage
 
@@ -42,6 +39,65 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT = 30.0
+
+
+class RuntimeService:
+    """Base of every capability attached to the driver runtime; hooks default to no-ops."""
+
+    #: The name the capability is registered under (and logged with).
+    name: ClassVar[str] = "service"
+    #: Start order: lower ranks start first and stop last (local state, which the others keep
+    #: their host-local files in, has the lowest built-in rank).
+    rank: ClassVar[int] = 100
+    #: ``module:function`` names each executor process calls once, with no argument, before
+    #: its first task of the application runs (e.g. to register its executor-side
+    #: interceptions). Names, not functions: the executor imports them itself.
+    executor_setup: ClassVar[tuple[str, ...]] = ()
+    #: ``module:function`` names the runtime calls with this service right after its
+    #: ``start``: where a capability's Spark hooks (which use the service) get installed,
+    #: without the service importing them.
+    driver_hooks: ClassVar[tuple[str, ...]] = ()
+
+    def start(self, runtime: "DriverRuntime") -> None:
+        """Called once at attach, with events not yet flowing."""
+        return None
+
+    def before_context_stop(self, runtime: "DriverRuntime") -> None:
+        """Called at ``spark.stop()`` while the SparkContext still runs."""
+        return None
+
+    def stop(self, runtime: "DriverRuntime") -> None:
+        """Called once at detach, after the last event was delivered."""
+        return None
+
+
+
+
+def call_hooks(service: RuntimeService) -> None:
+    """Calls the service's ``driver_hooks`` with it."""
+    for name in service.driver_hooks:
+        module, _, function = name.partition(":")
+        try:
+            hook = getattr(importlib.import_module(module), function)
+        except (ImportError, AttributeError) as exc:
+            raise SetupError(f"spark-steward capability {service.name!r} names the hook "
+                             f"{name!r}, which cannot be loaded: {exc}") from exc
+        hook(service)
+
+
+def build_services() -> list[RuntimeService]:
+    """A fresh service of every registered capability, in start order (``rank``, then name)."""
+    services = []
+    for spec in discover():
+        service = spec.factory()
+        if not isinstance(service, RuntimeService):
+            raise SetupError(f"spark-steward capability {spec.name!r} ({spec.source}) built a "
+                             f"{type(service).__name__}, not a RuntimeService")
+        services.append(service)
+    return sorted(services, key=lambda s: (s.rank, s.name))
+
+
+S = TypeVar("S", bound=RuntimeService)
 
 
 class DriverRuntime:
@@ -86,24 +142,31 @@ class DriverRuntime:
         )
         # Broadcast in start(), once services (the blob server's port) have filled it in.
         self.context_broadcast: "Broadcast[ExecutorContext] | None" = None
-        self.services: list[RuntimeService] = [ApplicationHeartbeat(), BlobService(),
-                                               CheckpointService(), TableService()]
-        self.services += [factory() for _, factory in service_factories()]
+        # The heartbeat is the kernel's own and starts first: every capability's start may
+        # judge other applications by their records, and this one's must exist by then.
+        self.heartbeat = ApplicationHeartbeat(self.registry, conf.get(HEARTBEAT_INTERVAL))
+        self.services: list[RuntimeService] = build_services()
         self._stopped = False
         self._lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.heartbeat.start(self.app_id, self.app_name, spark_version=self.spark_version,
+                             steward_version=self.steward_version)
         started: list[RuntimeService] = []
         try:
             for service in self.services:
                 service.start(self)
                 started.append(service)
+                call_hooks(service)
         except BaseException:
             for service in reversed(started):
                 self._stop_service(service)
+            self._stop_heartbeat()
             raise
+        setup = tuple(name for service in self.services for name in service.executor_setup)
+        self.context = replace(self.context, setup=setup)
         self.context_broadcast = self.sc.broadcast(self.context)
         self.pump.start()
         log.info("spark-steward %s attached to %s (storage %s)", self.steward_version,
@@ -125,7 +188,14 @@ class DriverRuntime:
         self.pump.close(STOP_TIMEOUT)
         for service in reversed(self.services):
             self._stop_service(service)
+        self._stop_heartbeat()
         log.info("spark-steward detached from %s (%s)", self.app_id, reason)
+
+    def _stop_heartbeat(self) -> None:
+        try:
+            self.heartbeat.stop()
+        except Exception:
+            log.exception("spark-steward could not mark %s finished", self.app_id)
 
     def _stop_service(self, service: RuntimeService) -> None:
         try:
@@ -152,11 +222,18 @@ class DriverRuntime:
         """Waits until every event Spark has posted so far reached the subscribers."""
         return self.pump.flush(timeout)
 
-    def service(self, name: str) -> Any:
+    def service(self, kind: type[S]) -> S:
+        """The running service of capability class ``kind``.
+
+        >>> runtime.service(BlobService).depot          # doctest: +SKIP
+        """
         for candidate in self.services:
-            if candidate.name == name:
+            if isinstance(candidate, kind):
                 return candidate
-        raise KeyError(name)
+        raise SetupError(
+            f"the spark-steward capability {kind.__name__} is not running in this application: "
+            "its package is not installed where the driver runs, or its entry point "
+            "(group spark_steward.services) is missing; reinstall spark-steward")
 
 
 # -- the process-wide runtime ------------------------------------------------------------------
@@ -232,43 +309,23 @@ def _broadcast_for(sc: "SparkContext") -> "Broadcast[ExecutorContext] | None":
     return runtime.context_broadcast
 
 
-_patched = False
-
-
 def install_patches() -> None:
-    """Wraps SparkContext.stop (detach at stop) and the command pickler (idempotent)."""
-    global _patched
-    with _attach_lock:
-        if _patched:
-            return
-        from pyspark import SparkContext
-
-        original_stop = SparkContext.stop
-
-        def stop(self: "SparkContext") -> None:
-            runtime = current_runtime()
-            mine = runtime is not None and runtime.sc is self
-            if mine:
-                assert runtime is not None
-                runtime.before_context_stop()
-            try:
-                original_stop(self)
-            finally:
-                if mine:
-                    detach("SparkContext stopped")
-
-        stop.__doc__ = original_stop.__doc__
-        stop.__wrapped__ = original_stop  # type: ignore[attr-defined]
-        SparkContext.stop = stop  # type: ignore[method-assign]
-        bootstrap.install_command_hook(_broadcast_for)
-        files.install_context_hooks(files.TransparentFiles(_blob_service_for))
-        _patched = True
+    """Registers the kernel's own interceptions (detach at ``SparkContext.stop``, the executor
+    context on every pickled command) and installs every registered patch (idempotent)."""
+    patches.intercept("SparkContext.stop", "kernel", _stop_handler, order=0)
+    patches.intercept("rdd._prepare_for_python_RDD", "kernel",
+                      bootstrap.command_handler(_broadcast_for), order=0)
+    patches.install()
 
 
-def _blob_service_for(sc: "SparkContext") -> Any:
-    """The blob service when transparent file handling is on for ``sc``'s session in use."""
+def _stop_handler(proceed: Any, sc: "SparkContext", *args: Any, **kwargs: Any) -> Any:
     runtime = current_runtime()
-    if runtime is None or runtime.sc is not sc or not runtime.enabled_for(None) \
-            or not runtime.conf.get(BLOB_TRANSPARENT):
-        return None
-    return runtime.service("blobs")
+    mine = runtime is not None and runtime.sc is sc
+    if mine:
+        assert runtime is not None
+        runtime.before_context_stop()
+    try:
+        return proceed(sc, *args, **kwargs)
+    finally:
+        if mine:
+            detach("SparkContext stopped")

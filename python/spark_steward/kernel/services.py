@@ -1,46 +1,75 @@
-"""The contract between the driver runtime and the capabilities built on it.
+"""The registry of capabilities: what the driver runtime builds a service of at attach.
 
-A capability (blobs, checkpoints, cached tables, local state) is a :class:`RuntimeService`:
-started at attach after the runtime is ready, stopped at detach in reverse order. It subscribes
-to events through ``runtime.dispatcher`` in ``start``. Factories are registered once at import
-time with :func:`register_service`.
+A capability (blobs, checkpoints, cached tables, local state, a third party's) is a
+``RuntimeService`` (:mod:`spark_steward.kernel.runtime`). The kernel imports no capability: it
+finds them by name at attach, from the entry points of the group ``spark_steward.services``
+(the built-in ones are declared in setup.cfg exactly as a third party declares its own) and
+from :func:`register_service` calls made in this process.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+import logging
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Callable
 
-if TYPE_CHECKING:
-    from spark_steward.kernel.runtime import DriverRuntime
+from spark_steward.errors import SetupError
 
+log = logging.getLogger(__name__)
 
-class RuntimeService:
-    """Base of every capability attached to the driver runtime; hooks default to no-ops."""
+#: The entry point group capabilities are declared in: ``name = module:ServiceClass``.
+ENTRY_POINT_GROUP = "spark_steward.services"
 
-    name: str = "service"
-
-    def start(self, runtime: "DriverRuntime") -> None:
-        """Called once at attach, with events not yet flowing."""
-        return None
-
-    def before_context_stop(self, runtime: "DriverRuntime") -> None:
-        """Called at ``spark.stop()`` while the SparkContext still runs."""
-        return None
-
-    def stop(self, runtime: "DriverRuntime") -> None:
-        """Called once at detach, after the last event was delivered."""
-        return None
+#: Builds one capability's service (a RuntimeService of kernel.runtime) for a new runtime.
+ServiceFactory = Callable[[], Any]
 
 
-ServiceFactory = Callable[[], RuntimeService]
-_FACTORIES: list[tuple[str, ServiceFactory]] = []
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One registered capability: its name and what builds its service for a runtime."""
+
+    name: str
+    factory: ServiceFactory
+    source: str  # "entry point module:attr" or "register_service", for errors
+
+
+_REGISTERED: list[ServiceSpec] = []
 
 
 def register_service(name: str, factory: ServiceFactory) -> None:
-    """Adds a capability to every runtime attached from now on (idempotent per name)."""
-    if all(existing != name for existing, _ in _FACTORIES):
-        _FACTORIES.append((name, factory))
+    """Adds a capability to every runtime attached from now on (idempotent per name).
+
+    >>> register_service("audit", AuditService)          # doctest: +SKIP
+
+    Installed packages can instead declare an entry point in the group
+    ``spark_steward.services``, which needs no import before attach.
+    """
+    if all(spec.name != name for spec in _REGISTERED):
+        _REGISTERED.append(ServiceSpec(name, factory, "register_service"))
 
 
-def service_factories() -> list[tuple[str, ServiceFactory]]:
-    return list(_FACTORIES)
+def _entry_point_specs() -> list[ServiceSpec]:
+    specs = []
+    for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            factory = point.load()
+        except Exception as exc:
+            raise SetupError(
+                f"spark-steward capability {point.name!r} ({point.value}, entry point group "
+                f"{ENTRY_POINT_GROUP}) cannot be loaded: {type(exc).__name__}: {exc}; "
+                "reinstall the package that declares it") from exc
+        if not callable(factory):
+            raise SetupError(f"spark-steward capability {point.name!r} ({point.value}) is not "
+                             "a RuntimeService class or factory")
+        specs.append(ServiceSpec(point.name, factory, point.value))
+    return specs
+
+
+def discover() -> list[ServiceSpec]:
+    """Every registered capability: entry points first, then :func:`register_service` ones;
+    the first of two with one name wins."""
+    found: dict[str, ServiceSpec] = {}
+    for spec in _entry_point_specs() + list(_REGISTERED):
+        found.setdefault(spec.name, spec)
+    return list(found.values())

@@ -1,4 +1,7 @@
-"""Cached tables (FLIP-36): durable entries, manifests and cleanup of materialized DataFrames.
+"""Cached tables (FLIP-36): materialized DataFrames with owners, manifests and cleanup.
 
-No Spark in here: the Spark glue writes the Parquet files and calls :class:`TableStore`.
+``lifecycle`` (the pure state machine and key scheme), ``manifest``/``store`` (durable entries
+and the files' checks), ``service`` (the driver's catalog and the resolver the shim's rule asks),
+``cached_table`` (``spark_steward.cache`` and the CachedTable DataFrame), ``hooks`` (transparent
+``df.cache()``), ``replicas`` (host-local replicas of remote tables) and ``gc``.
 """

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.classic.dataframe import DataFrame
 
+from spark_steward.kernel import jvm
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as AnyDataFrame
     from pyspark.sql import SparkSession
@@ -29,6 +31,8 @@ class CachedTable(DataFrame):
         super().__init__(jdf, session)
         service.hold(record, self)
 
+    # pyspark's DataFrame reads ``self._jdf`` internally: the one definition of that handle
+    # outside spark_steward.kernel.jvm. It only stores and refreshes the marker handle.
     @property  # type: ignore[override]
     def _jdf(self) -> Any:
         """A fresh JVM DataFrame over the marker at every use: Spark would otherwise keep the
@@ -69,16 +73,17 @@ def cache(df: "AnyDataFrame", *, shared: bool = False) -> "AnyDataFrame":
     """``df`` as a :class:`CachedTable` (``df`` itself if it is one, or a streaming DataFrame)."""
     from spark_steward.errors import CacheError
     from spark_steward.kernel.runtime import runtime_for
+    from spark_steward.tables.service import TableService
 
     if isinstance(df, CachedTable):
         return df
-    if getattr(df, "_jdf", None) is None:
+    if not jvm.is_classic(df):
         raise CacheError("spark_steward.cache needs a classic (non Spark Connect) DataFrame, "
                          f"got {type(df).__name__}")
     if df.isStreaming:
         return df
     runtime = runtime_for(df.sparkSession)
-    service: TableService = runtime.service("tables")
+    service = runtime.service(TableService)
     record, marker = service.register(df, shared=bool(shared))  # type: ignore[arg-type]
     return CachedTable(marker, df.sparkSession, service, record)
 
@@ -89,6 +94,7 @@ def close(spark: "SparkSession | None" = None) -> int:
 
     from spark_steward.errors import CacheError
     from spark_steward.kernel.runtime import current_runtime
+    from spark_steward.tables.service import TableService
 
     session = spark or SparkSession.getActiveSession()
     if session is None:
@@ -96,5 +102,5 @@ def close(spark: "SparkSession | None" = None) -> int:
     runtime = current_runtime()
     if runtime is None:
         return 0
-    service: TableService = runtime.service("tables")
-    return service.close_session(str(session._jsparkSession.sessionUUID()))
+    service = runtime.service(TableService)
+    return service.close_session(jvm.session_uuid(session))

@@ -9,12 +9,11 @@ DataFrames derived from ``df`` *before* the call keep computing the original pla
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from spark_steward.config import CACHE_TRANSPARENT
+from spark_steward.kernel import jvm, patches
 from spark_steward.kernel.session import session_value
 
 if TYPE_CHECKING:
@@ -25,32 +24,30 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXPLAIN_PROPERTY = "spark.steward.cache.explain"
-_lock = threading.Lock()
-_installed = False
+
+
+_service: "TableService | None" = None
 
 
 def transparent_service(df: "DataFrame") -> "TableService | None":
     """The table service when transparent caching is on for ``df``'s session."""
-    from spark_steward.kernel.runtime import current_runtime
-
-    runtime = current_runtime()
-    if runtime is None or getattr(df, "_jdf", None) is None:
+    service = _service
+    runtime = service.runtime if service is not None else None
+    if runtime is None or runtime.stopped or not jvm.is_classic(df):
         return None
     session = df.sparkSession
     if not runtime.enabled_for(session):
         return None
     on = session_value(session, CACHE_TRANSPARENT, runtime.conf.get(CACHE_TRANSPARENT))
-    return runtime.service("tables") if on else None
+    return service if on else None
 
 
 def _service_of(df: "DataFrame") -> "TableService | None":
     """The table service of the attached runtime once a table was cached, else None."""
-    from spark_steward.kernel.runtime import current_runtime
-
-    runtime = current_runtime()
-    if runtime is None or getattr(df, "_jdf", None) is None:
+    service = _service
+    if service is None or service.runtime is None or service.runtime.stopped \
+            or not jvm.is_classic(df):
         return None
-    service: TableService = runtime.service("tables")
     return service if service.has_tables() else None
 
 
@@ -65,7 +62,7 @@ def _steward_cache(df: "DataFrame") -> bool:
         return False
     record, marker = service.register(df, shared=False)
     state = df.__dict__
-    state["_steward_original"] = (df.__class__, state.pop("_jdf"))
+    state["_steward_original"] = (df.__class__, jvm.pop_dataframe_handle(df))
     state["_lazy_rdd"] = None
     df.__class__ = CachedTable
     state.update(_steward_service=service, _steward_record=record, _steward_marker=marker)
@@ -83,63 +80,59 @@ def _steward_unpersist(df: "DataFrame") -> bool:
     for name in ("_steward_original", "_steward_service", "_steward_record",
                  "_steward_marker"):
         state.pop(name, None)
-    df.__class__, state["_jdf"] = original
+    df.__class__, handle = original
+    jvm.put_dataframe_handle(df, handle)
     state["_lazy_rdd"] = None
     return True
 
 
-def _wrap(original: Callable[..., Any], before: Callable[..., bool]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def wrapper(self: "DataFrame", *args: Any, **kwargs: Any) -> Any:
-        try:
-            handled = before(self)
-        except Exception as exc:  # never fail a user's cache() for us: Spark's path still works
-            log.warning("spark-steward could not take over %s(): %s; using Spark's",
-                        original.__name__, exc)
-            handled = False
-        if handled:
-            self.is_cached = original.__name__ != "unpersist"
-            return self
-        return original(self, *args, **kwargs)
-
-    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-    return wrapper
+def _cache_handler(proceed: Callable[..., Any], df: "DataFrame", *args: Any,
+                   **kwargs: Any) -> Any:
+    return _take_over(proceed, df, _steward_cache, args, kwargs, cached=True)
 
 
-def _explain_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def explain(self: "DataFrame", *args: Any, **kwargs: Any) -> Any:
-        service = _service_of(self)
-        if service is None:
-            return original(self, *args, **kwargs)
-        from pyspark.sql.classic.dataframe import DataFrame
-
-        # Explain a copy: Spark keeps the plan it optimizes for a DataFrame's later actions,
-        # and an explained plan reads tables not yet materialized from their original plans.
-        copy = DataFrame(service.fresh(self._jdf), self.sparkSession)
-        sc = self.sparkSession.sparkContext
-        before = sc.getLocalProperty(EXPLAIN_PROPERTY)
-        sc.setLocalProperty(EXPLAIN_PROPERTY, "true")
-        try:
-            return original(copy, *args, **kwargs)
-        finally:
-            sc.setLocalProperty(EXPLAIN_PROPERTY, before or "false")
-
-    explain.__wrapped__ = original  # type: ignore[attr-defined]
-    return explain
+def _unpersist_handler(proceed: Callable[..., Any], df: "DataFrame", *args: Any,
+                       **kwargs: Any) -> Any:
+    return _take_over(proceed, df, _steward_unpersist, args, kwargs, cached=False)
 
 
-def install_table_hooks() -> None:
-    """Wraps the classic DataFrame's cache, persist, unpersist and explain (idempotent)."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        from pyspark.sql.classic.dataframe import DataFrame
+def _take_over(proceed: Callable[..., Any], df: "DataFrame", before: Callable[..., bool],
+               args: tuple[Any, ...], kwargs: dict[str, Any], *, cached: bool) -> Any:
+    try:
+        handled = before(df)
+    except Exception as exc:  # never fail a user's cache() for us: Spark's path still works
+        log.warning("spark-steward could not take over %s(): %s; using Spark's",
+                    "cache" if cached else "unpersist", exc)
+        handled = False
+    if handled:
+        df.is_cached = cached
+        return df
+    return proceed(df, *args, **kwargs)
 
-        DataFrame.cache = _wrap(DataFrame.cache, _steward_cache)  # type: ignore[method-assign]
-        DataFrame.persist = _wrap(DataFrame.persist, _steward_cache)  # type: ignore[method-assign]
-        DataFrame.unpersist = _wrap(DataFrame.unpersist,  # type: ignore[method-assign]
-                                    _steward_unpersist)
-        DataFrame.explain = _explain_wrapper(DataFrame.explain)  # type: ignore[method-assign]
-        _installed = True
+
+def _explain_handler(proceed: Callable[..., Any], df: "DataFrame", *args: Any,
+                     **kwargs: Any) -> Any:
+    service = _service_of(df)
+    if service is None:
+        return proceed(df, *args, **kwargs)
+    # Explain a copy: Spark keeps the plan it optimizes for a DataFrame's later actions,
+    # and an explained plan reads tables not yet materialized from their original plans.
+    copy = jvm.to_dataframe(service.fresh(jvm.dataframe_handle(df)), df.sparkSession)
+    sc = df.sparkSession.sparkContext
+    before = sc.getLocalProperty(EXPLAIN_PROPERTY)
+    sc.setLocalProperty(EXPLAIN_PROPERTY, "true")
+    try:
+        return proceed(copy, *args, **kwargs)
+    finally:
+        sc.setLocalProperty(EXPLAIN_PROPERTY, before or "false")
+
+
+def install(service: "TableService") -> None:
+    """The table service's driver hook (``TableService.driver_hooks``): the classic
+    DataFrame's cache, persist, unpersist and explain, served by ``service``."""
+    global _service
+    _service = service
+    patches.intercept("DataFrame.cache", "tables", _cache_handler)
+    patches.intercept("DataFrame.persist", "tables", _cache_handler)
+    patches.intercept("DataFrame.unpersist", "tables", _unpersist_handler)
+    patches.intercept("DataFrame.explain", "tables", _explain_handler)

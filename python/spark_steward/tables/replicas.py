@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from spark_steward.config import CACHE_HOST_REPLICAS, LOCAL_MAX_BYTES
 from spark_steward.errors import CacheError
+from spark_steward.kernel import jvm
 from spark_steward.kernel.session import session_value
 
 if TYPE_CHECKING:
@@ -51,16 +52,14 @@ def read_url(runtime: "DriverRuntime", session: "SparkSession", storage: "Storag
     """The URL the executors read a table's folder ``data_rel`` from: the replicating view
     when replicas are wanted (configuring it in the context's Hadoop conf, which every scan
     ships to the executors), else the storage's own Hadoop URL."""
-    from spark_steward.kernel.shim_calls import hadoop_url
-
-    direct = hadoop_url(storage.url_of(data_rel), "cached tables", CacheError)
+    direct = jvm.hadoop_url(storage.url_of(data_rel), "cached tables", CacheError)
     if not replicas_wanted(runtime, session, storage):
         return direct
     app = runtime.app_id
-    hadoop = runtime.sc._jsc.hadoopConfiguration()
+    hadoop = jvm.hadoop_conf(runtime.sc)
     hadoop.set(f"fs.{SCHEME}.impl", FS_CLASS)
-    hadoop.set(f"{CONF_PREFIX}{app}.target", hadoop_url(storage.url_of(), "cached tables",
-                                                         CacheError))
+    hadoop.set(f"{CONF_PREFIX}{app}.target", jvm.hadoop_url(storage.url_of(), "cached tables",
+                                                             CacheError))
     hadoop.set(f"{CONF_PREFIX}{app}.workdir", str(Path(runtime.conf.local_dir()) / app))
     hadoop.set(f"{CONF_PREFIX}{app}.max-bytes", str(runtime.conf.get(LOCAL_MAX_BYTES)))
     return f"{SCHEME}://{app}/{data_rel.strip('/')}"

@@ -1,7 +1,7 @@
 """The cached-table service on the driver (FLIP-36): the catalog of every table cached in this
 application, and the resolver the shim's optimizer rule asks when a query reads one.
 
-A cached table's DataFrame is built on a marker leaf (``io.sparksteward.shim.CachedTables``).
+A cached table's DataFrame is built on a marker leaf (the shim's ``CachedTables``).
 When Spark optimizes a query that contains one, the rule calls :meth:`TableService.resolve` on
 the thread that runs the query. The first time, that materializes the table: the store records
 it, the original plan is written as Parquet to the storage dir by a nested Spark job, and its
@@ -19,18 +19,19 @@ import time
 import uuid
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
+from spark_steward.cleaner import EntryKey, RetryingCleaner, cleaner_from_conf
 from spark_steward.config import (CACHE_MAX_BYTES, CACHE_ORPHAN_GRACE, CACHE_SHARED_RETENTION,
                                   CLEANUP_SHUTDOWN_TIMEOUT, CLEANUP_THREADS)
 from spark_steward.errors import CacheError, StewardError
-from spark_steward.tables.lifecycle import (CacheUsage, TableEntry, choose_evictions,
-                                                 private_key, shared_key)
-from spark_steward.kernel.services import RuntimeService
+from spark_steward.kernel import jvm
+from spark_steward.lifecycle.lru import CacheUsage, choose_evictions
+from spark_steward.tables.lifecycle import TableEntry, private_key, shared_key
+from spark_steward.kernel.runtime import RuntimeService
 from spark_steward.kernel.session import session_value
 from spark_steward.tables.manifest import Manifest, build_manifest, find_problem
-from spark_steward.tables.store import Key, TableStore, describe
+from spark_steward.tables.store import TableCleanup, TableStore, describe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TABLES_CLASS = "io.sparksteward.shim.CachedTables"
 #: How long invalidate() waits for the files to be gone before leaving it to the cleaner.
 INVALIDATE_WAIT = 30.0
 
@@ -63,7 +63,7 @@ class CatalogRecord:
 
 
 class _Resolver:
-    """The py4j callback the shim's rule calls (``java.util.function.Function``)."""
+    """The callback the shim's rule calls (a Python ``java.util.function.Function``)."""
 
     def __init__(self, service: "TableService") -> None:
         self._service = weakref.ref(service)
@@ -77,7 +77,11 @@ class _Resolver:
 
 
 class TableService(RuntimeService):
-    name = "tables"
+    """The catalog of the application's cached tables and their store."""
+
+    name: ClassVar[str] = "tables"
+    rank: ClassVar[int] = 40
+    driver_hooks: ClassVar[tuple[str, ...]] = ("spark_steward.tables.hooks:install",)
 
     def __init__(self) -> None:
         self.store: TableStore | None = None
@@ -92,7 +96,8 @@ class TableService(RuntimeService):
     def start(self, runtime: "DriverRuntime") -> None:
         conf = runtime.conf
         self._runtime = runtime
-        cleaner: RetryingCleaner[Key] = cleaner_from_conf(conf, "table-cleanup", describe)
+        cleaner: RetryingCleaner[TableCleanup] = cleaner_from_conf(conf, "table-cleanup",
+                                                                    describe)
         self.store = TableStore(runtime.storage, runtime.app_id, cleaner,
                                 is_dead=runtime.registry.is_dead,
                                 shared_retention=conf.get(CACHE_SHARED_RETENTION))
@@ -101,24 +106,17 @@ class TableService(RuntimeService):
             log.info("spark-steward cached tables: removing %d table(s) and %d orphaned path(s) "
                      "left by earlier applications; keeping %d", len(report.discarding),
                      len(report.orphans), len(report.kept))
-        from spark_steward.tables.hooks import install_table_hooks
 
-        install_table_hooks()
-
-    def _jvm_tables(self) -> Any:
-        """The shim's CachedTables class, with this service's resolver installed (lazily: a
-        job that never caches a table never starts py4j's callback server)."""
+    def _facade(self) -> Any:
+        """The shim's facade, with this service's resolver installed (lazily: a job that never
+        caches a table never starts the JVM-to-Python callback server)."""
         if self._shim is None:
-            from pyspark.java_gateway import ensure_callback_server_started
-
-            from spark_steward.kernel.shim_calls import shim_class
-
             runtime = self._require_runtime()
             sc = runtime.sc
-            ensure_callback_server_started(sc._gateway)
-            shim = shim_class(sc, TABLES_CLASS)
+            jvm.ensure_callback_server(sc)
+            shim = jvm.facade(sc)
             self._resolver = _Resolver(self)
-            shim.call("setResolver", self._resolver)
+            shim.call("setTableResolver", self._resolver)
             self._shim = shim
         return self._shim
 
@@ -134,7 +132,7 @@ class TableService(RuntimeService):
         """Every table of the application goes; queries on them compute their plans."""
         if self._shim is not None:
             try:
-                self._shim.call("clearResolver")
+                self._shim.call("clearTableResolver")
             except Exception as exc:  # the JVM is going away; nothing to resolve any more
                 log.debug("could not clear the cached-table resolver: %s", exc)
         with self._lock:
@@ -142,6 +140,11 @@ class TableService(RuntimeService):
             self._records.clear()
         for record in records:
             self._release(record, "its application stopped")
+
+    @property
+    def runtime(self) -> "DriverRuntime | None":
+        """The runtime this service started in (None before start)."""
+        return self._runtime
 
     def _require_runtime(self) -> "DriverRuntime":
         if self._runtime is None or self.store is None:
@@ -157,24 +160,21 @@ class TableService(RuntimeService):
 
     def register(self, df: "DataFrame", *, shared: bool) -> tuple[CatalogRecord, Any]:
         """A new catalog record for ``df`` and the JVM DataFrame over its marker. Analysis only."""
-        from pyspark.sql import DataFrame
-
         self._require_runtime()
         session = df.sparkSession
         table_id = uuid.uuid4().hex[:16]
-        source = DataFrame(df._jdf, session)
+        source = jvm.to_dataframe(jvm.dataframe_handle(df), session)
         description = _describe(df)
-        marker = self._jvm_tables().call("marker", session._jsparkSession, table_id, df._jdf,
-                                         description)
-        record = CatalogRecord(table_id, source, shared,
-                               str(session._jsparkSession.sessionUUID()), description)
+        marker = self._facade().call("tableMarker", jvm.session_handle(session), table_id,
+                                         jvm.dataframe_handle(df), description)
+        record = CatalogRecord(table_id, source, shared, jvm.session_uuid(session), description)
         with self._lock:
             self._records[table_id] = record
         return record, marker
 
     def fresh(self, jdf: Any) -> Any:
         """``jdf`` with a query execution of its own (see ``CachedTables.fresh``)."""
-        return self._jvm_tables().call("fresh", jdf)
+        return self._facade().call("freshDataset", jdf)
 
     def hold(self, record: CatalogRecord, holder: object) -> None:
         """``holder`` (a Python object) refers to the table until it is garbage collected:
@@ -226,7 +226,7 @@ class TableService(RuntimeService):
             return
         if submitted and wait > 0:
             deadline = time.monotonic() + wait
-            key: Key = (entry.key, entry.attempt)
+            key = EntryKey(entry.key, entry.attempt)
             while key in store.cleaner.outstanding() and time.monotonic() < deadline:
                 time.sleep(0.02)
 
@@ -283,10 +283,8 @@ class TableService(RuntimeService):
         return None
 
     def _hadoop_url(self, data_rel: str) -> str:
-        from spark_steward.kernel.shim_calls import hadoop_url
-
-        return hadoop_url(self._require_store().storage.url_of(data_rel), "cached tables",
-                          CacheError)
+        return jvm.hadoop_url(self._require_store().storage.url_of(data_rel), "cached tables",
+                              CacheError)
 
     def _read_url(self, record: CatalogRecord, data_rel: str) -> str:
         from spark_steward.tables.replicas import read_url
@@ -361,7 +359,8 @@ class TableService(RuntimeService):
         if record.shared:
             import hashlib
 
-            answer = str(self._jvm_tables().call("sharedIdentity", record.source._jdf))
+            answer = str(self._facade().call("sharedTableIdentity",
+                                                 jvm.dataframe_handle(record.source)))
             status, _, text = answer.partition("\t")
             if status == "ok":
                 return shared_key(hashlib.sha256(text.encode("utf-8")).hexdigest())
@@ -423,7 +422,7 @@ def _busy(record: CatalogRecord) -> bool:
 def _describe(df: "DataFrame") -> str:
     """A short text of the plan for ``cache ls`` and log lines: its top operators."""
     try:
-        plan = df._jdf.queryExecution().analyzed()
+        plan = jvm.dataframe_handle(df).queryExecution().analyzed()
         names: list[str] = []
         node = plan
         while node is not None and len(names) < 4:
@@ -436,9 +435,7 @@ def _describe(df: "DataFrame") -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    from spark_steward.kernel.shim_calls import java_message
-
     if hasattr(exc, "java_exception"):
-        return java_message(exc)
+        return jvm.java_message(exc)
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"

@@ -11,7 +11,8 @@ from pyspark.sql import SparkSession
 
 import spark_steward
 from spark_steward.kernel.events import JobStart, TaskEnd
-from spark_steward.kernel.services import RuntimeService, register_service
+from spark_steward.kernel.runtime import RuntimeService
+from spark_steward.kernel.services import register_service
 
 
 class Recorder(RuntimeService):

@@ -16,11 +16,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import spark_steward
+from spark_steward.checkpoint.service import CheckpointService
 
 
 def main() -> None:
     spark = SparkSession.builder.getOrCreate()
-    store = spark_steward.runtime().service("checkpoints").require_store()
+    store = spark_steward.runtime().service(CheckpointService).require_store()
     series = spark_steward.checkpoints("s3", retained=1)
     saves = []
     for i in range(1, 4):

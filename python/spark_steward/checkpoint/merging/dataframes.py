@@ -35,6 +35,7 @@ import socket
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from spark_steward.checkpoint.store import CheckpointStore
+from spark_steward.cleaner import OrphanKey
 from spark_steward.config import (CHECKPOINTS_MERGING_ACROSS_BOUNDARY,
                                   CHECKPOINTS_MERGING_MAX_AMPLIFICATION,
                                   CHECKPOINTS_MERGING_MAX_FILE_SIZE)
@@ -43,7 +44,8 @@ from spark_steward.checkpoint.merging import lifecycle as merging
 from spark_steward.checkpoint.lifecycle import CheckpointEntry, CheckpointKind
 from spark_steward.checkpoint.merging.lifecycle import Segment
 from spark_steward.kernel.session import session_value
-from spark_steward.kernel.shim_calls import ensure_on_executors, java_message, shim_class
+from spark_steward.kernel import jvm
+from spark_steward.kernel.jvm import ensure_on_executors
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,8 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CODEC_CLASS = "io.sparksteward.shim.SegmentCodec"
-FILES_CLASS = "io.sparksteward.shim.SegmentFiles"
 ARTIFACT_FORMAT = "spark-steward-segments/1"
 #: Pieces of a segment handed between the JVM and a Python worker.
 CHUNK_BYTES = 4 << 20
@@ -143,7 +143,7 @@ def save_merged(runtime: "DriverRuntime", store: CheckpointStore, series: str, d
     def sweep() -> None:
         store.sweep_merged(series)
 
-    store.cleaner.submit(("orphan:merged/" + series, entry.number), sweep)
+    store.cleaner.submit(OrphanKey("merged/" + series, round=entry.number), sweep)
     return done.number
 
 
@@ -165,25 +165,19 @@ def write_merged(df: "DataFrame", storage: "Storage", folder: str, *, max_file_s
                  known: Mapping[str, Segment]) -> list[Segment]:
     """Runs one Spark job that writes every partition of ``df`` as a segment below ``folder``
     (or reuses a ``known`` segment with the same content); returns the segments by partition."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.rdd import RDD
-    from pyspark.serializers import NoOpSerializer
-
-    if getattr(df, "_jdf", None) is None:
+    if not jvm.is_classic(df):
         raise CheckpointError("checkpoint data needs a classic (non Spark Connect) DataFrame")
     sc = df.sparkSession.sparkContext
     ensure_on_executors(sc)
-    codec = shim_class(sc, CODEC_CLASS)
-    streams = RDD(codec.call("encode", df._jdf, CHUNK_BYTES), sc, NoOpSerializer())
+    streams = jvm.to_rdd(jvm.call(sc, "encodeSegments", jvm.dataframe_handle(df), CHUNK_BYTES),
+                         sc)
     group = not storage.is_local
     if streams.getNumPartitions() > sc.defaultParallelism:
         streams = streams.coalesce(max(1, sc.defaultParallelism))
     task = _WriteTask(folder, max_file_size, dict(known), group)
-    try:
+    with jvm.translate(CheckpointError,
+                       f"writing checkpoint segments to {storage.url_of(folder)} failed"):
         written = streams.mapPartitions(task).collect()
-    except Py4JJavaError as exc:
-        raise CheckpointError(f"writing checkpoint segments to {storage.url_of(folder)} failed: "
-                              f"{java_message(exc)}") from None
     found = [Segment.from_json(s) for batch in written for s in json.loads(batch)]
     return sorted(found, key=lambda s: s.partition)
 
@@ -257,9 +251,6 @@ def read_merged(spark: "SparkSession", storage: "Storage", segments: Sequence[Se
     """A DataFrame over ``segments``: one partition per segment, in partition order. The files
     are checked to exist and be long enough now; every segment's crc32c is checked as it is
     read (a mismatch fails the reading task with an error naming ``label`` and the segment)."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.sql import DataFrame
-
     from spark_steward.checkpoint.merging.segment_files import check_segments_exist
     from spark_steward.checkpoint.data import hadoop_url, read_dataframe
 
@@ -272,21 +263,18 @@ def read_merged(spark: "SparkSession", storage: "Storage", segments: Sequence[Se
         return read_dataframe(spark, "file:///", [], schema_json)
     check_segments_exist(storage, ordered, label=label)
     ensure_on_executors(sc)
-    try:
+    with jvm.translate(CheckpointError, f"{label}: reading its segments failed"):
         if storage.is_local:
             listing = "\n".join(f"{hadoop_url(storage.url_of(s.file))} {s.offset} {s.length} "
                                  f"{int(s.crc32c, 16):x} {s.partition}" for s in ordered)
-            jdf = shim_class(sc, FILES_CLASS).call("read", spark._jsparkSession, listing,
-                                                   schema_json, label)
+            jdf = jvm.call(sc, "readSegmentFiles", jvm.session_handle(spark), listing,
+                           schema_json, label)
         else:
             pieces = sc.parallelize(ordered, len(ordered)).mapPartitions(_ReadTask(label))
             pieces._bypass_serializer = True  # type: ignore[attr-defined]  # raw byte[]
-            jdf = shim_class(sc, CODEC_CLASS).call("decode", spark._jsparkSession, pieces._jrdd,
-                                                   schema_json)
-    except Py4JJavaError as exc:
-        raise CheckpointError(f"{label}: reading its segments failed: {java_message(exc)}"
-                              ) from None
-    return DataFrame(jdf, spark)
+            jdf = jvm.call(sc, "decodeSegments", jvm.session_handle(spark),
+                           jvm.rdd_handle(pieces), schema_json)
+    return jvm.to_dataframe(jdf, spark)
 
 
 class _ReadTask:

@@ -1,0 +1,48 @@
+"""The local-state service on the driver (FLIP-201): the host-local working directories of
+applications, owned like every other artifact.
+
+At attach it removes the folders that dead applications left on this host (judged by their
+records in the storage dir; a live application's folder is never touched), and at
+``spark.stop()`` it removes this application's folder on the driver's host: blobs, the blob
+cache, table replicas, merged-checkpoint spools and ``local.state`` values alike. It starts
+before and stops after every capability that keeps files there.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from spark_steward.errors import StewardError
+from spark_steward.kernel.runtime import RuntimeService
+from spark_steward.local.gc import sweep_local_folders
+
+if TYPE_CHECKING:
+    from spark_steward.kernel.runtime import DriverRuntime
+
+log = logging.getLogger(__name__)
+
+
+class LocalService(RuntimeService):
+    """Owner of the application's working directory on the driver's host."""
+
+    name: ClassVar[str] = "local"
+    rank: ClassVar[int] = 10
+
+    def __init__(self) -> None:
+        self.app_dir: Path | None = None
+
+    def start(self, runtime: "DriverRuntime") -> None:
+        local_dir = runtime.conf.local_dir()
+        self.app_dir = Path(local_dir) / runtime.app_id
+        try:
+            sweep_local_folders(local_dir, runtime.registry, runtime.app_id)
+        except (OSError, StewardError) as exc:
+            log.warning("could not sweep %s for dead applications' folders: %s", local_dir, exc)
+
+    def stop(self, runtime: "DriverRuntime") -> None:
+        if self.app_dir is not None:
+            # Other hosts' folders go at the next start of an application there (or gc).
+            shutil.rmtree(self.app_dir, ignore_errors=True)
