@@ -1,0 +1,50 @@
+"""``import spark_steward`` reaches every public call and module, and stays cheap: the
+capabilities, the kernel and pyspark are imported only when first used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import spark_steward
+
+PUBLIC_CALLS = ("attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path", "scope",
+                "checkpoints", "cache", "close")
+
+
+def _in_fresh_interpreter(code: str) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True, env={"SPARK_STEWARD_AUTOLOAD": "0", "PATH": ""})
+    return json.loads(out.stdout)
+
+
+def test_every_public_name_is_reachable_from_the_package() -> None:
+    assert set(PUBLIC_CALLS) | {"blobs", "local", "__version__"} == set(spark_steward.__all__)
+    for name in spark_steward.__all__:
+        assert getattr(spark_steward, name) is not None, name
+
+
+def test_local_and_blobs_are_reachable_after_a_bare_import() -> None:
+    found = _in_fresh_interpreter(
+        "import json, spark_steward\n"
+        "print(json.dumps([callable(spark_steward.local.state), "
+        "callable(spark_steward.blobs.put), callable(spark_steward.blobs.get)]))")
+    assert found == [True, True, True]
+
+
+def test_a_bare_import_loads_no_capability_kernel_or_pyspark() -> None:
+    loaded = _in_fresh_interpreter(
+        "import json, sys, spark_steward\n"
+        "print(json.dumps(sorted(m for m in sys.modules "
+        "if m.startswith(('spark_steward.', 'pyspark', 'py4j')))))")
+    assert loaded == ["spark_steward._version"]
+
+
+def test_an_unknown_attribute_is_an_attribute_error() -> None:
+    try:
+        spark_steward.no_such_thing  # type: ignore[attr-defined]
+    except AttributeError as exc:
+        assert "no_such_thing" in str(exc)
+    else:
+        raise AssertionError("an unknown attribute must raise AttributeError")
