@@ -49,6 +49,17 @@ def test_attach_without_plugin_loads_the_shim_from_the_jar(tmp_path: Path) -> No
     assert result["task_ends"] == 3
 
 
+def test_a_failed_attach_leaves_spark_as_it_was(tmp_path: Path) -> None:
+    # Every patch is installed by an earlier attach; the failing one had started the blob
+    # service (and its addFile hook) before a later capability failed: addFile and
+    # SparkFiles.get must be Spark's own again, not a stopped blob service's.
+    result = _run(tmp_path, "failing-service")
+    assert result["error"] == "boom: this capability cannot start"
+    assert result["enabled"] is False
+    assert result["content"] == "hello from addFile"
+    assert "spark-steward" not in result["driver_path"]
+
+
 def test_a_full_buffer_drops_and_counts_never_silently(tmp_path: Path) -> None:
     # Capacity 10 and nobody draining before attach: the first 10 events are kept, the rest of
     # the early job is dropped and counted, and events flow normally again after attach.

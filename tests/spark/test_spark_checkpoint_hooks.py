@@ -239,9 +239,9 @@ def cleaning(spark: Any, runtime: Any) -> Iterator[list[CheckpointCleaned]]:
                 seen.append(event)
 
     unsubscribe = runtime.dispatcher.subscribe(on_event, "test-checkpoint-cleaned")
-    assert install_clean_watch(sc, runtime.bridge)
-    assert install_clean_watch(sc, runtime.bridge)  # idempotent
-    assert enable_clean_checkpoints(sc, runtime.bridge) and clean_checkpoints_on(sc)
+    assert install_clean_watch(sc)
+    assert install_clean_watch(sc)  # idempotent
+    assert enable_clean_checkpoints(sc) and clean_checkpoints_on(sc)
     try:
         yield seen
     finally:

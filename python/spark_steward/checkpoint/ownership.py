@@ -57,8 +57,8 @@ class SparkCheckpointOwner:
 
         if not self.runtime.conf.get(CHECKPOINTS_TRANSPARENT):
             return
-        hooks.enable_clean_checkpoints(self.runtime.sc, self.runtime.bridge)
-        hooks.install_clean_watch(self.runtime.sc, self.runtime.bridge)
+        hooks.enable_clean_checkpoints(self.runtime.sc)
+        hooks.install_clean_watch(self.runtime.sc)
         hooks.install_checkpoint_hooks(_Dispatch())
         self._unsubscribe = self.runtime.dispatcher.subscribe(self._on_event,
                                                               "spark-checkpoints")

@@ -121,16 +121,15 @@ def checkpointed_rdd_of_dataframe(df: "DataFrame") -> tuple[int, str | None]:
 # -- the shim's CheckpointCleanWatch ---------------------------------------------------------
 
 
-def install_clean_watch(sc: "SparkContext", bridge: Any = None) -> bool:
+def install_clean_watch(sc: "SparkContext") -> bool:
     """Attaches the shim's CheckpointCleanWatch to ``sc``'s ContextCleaner (idempotent per
     context), so every checkpoint Spark cleans arrives as a ``CheckpointCleaned`` event through
-    the runtime's dispatcher. ``bridge`` (the runtime's EventBridgeHandle) is accepted for
-    compatibility and not needed: the shim's facade has one class loader per context. False
-    when the context has no cleaner (``spark.cleaner.referenceTracking=false``)."""
+    the runtime's dispatcher. False when the context has no cleaner
+    (``spark.cleaner.referenceTracking=false``)."""
     return bool(jvm.call(sc, "installCleanWatch", jvm.context_handle(sc)))
 
 
-def enable_clean_checkpoints(sc: "SparkContext", bridge: Any = None) -> bool:
+def enable_clean_checkpoints(sc: "SparkContext") -> bool:
     """Sets ``spark.cleaner.referenceTracking.cleanCheckpoints=true`` on the live conf unless the
     user set it; returns whether checkpoints written from now on will be cleaned by Spark.
     Checkpoints written before this call stay unregistered with the cleaner."""

@@ -83,7 +83,9 @@ class Facade:
         jvm: Any = self._gateway.jvm
         array = self._gateway.new_array(jvm.java.lang.Object, len(args))
         for i, arg in enumerate(args):
-            if hasattr(arg, "Java"):  # a Python callback: only a method call passes one over
+            # A Python callback (its class declares ``Java``; a JavaObject only fakes the
+            # attribute on instances): only a method call passes one over.
+            if hasattr(type(arg), "Java"):
                 jvm.java.lang.reflect.Array.set(array, i, arg)
             else:
                 array[i] = arg
@@ -109,6 +111,14 @@ def facade(sc: "SparkContext", jar: str | None = None) -> Facade:
         if found is None or found.sc is not sc:
             found = _facades[app] = Facade(sc, jar)
         return found
+
+
+def forget_facade(sc: "SparkContext") -> None:
+    """Drops the facade of ``sc`` (at detach), so a stopped context is not kept alive."""
+    with _lock:
+        found = _facades.get(str(sc.applicationId))
+        if found is not None and found.sc is sc:
+            del _facades[str(sc.applicationId)]
 
 
 def call(sc: "SparkContext", method: str, *args: Any,
@@ -269,13 +279,6 @@ def option_value(option: Any) -> str | None:
 
 
 # -- errors ---------------------------------------------------------------------------------------
-
-def is_java_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is a failure raised in the JVM (a py4j Java error)."""
-    from py4j.protocol import Py4JJavaError
-
-    return isinstance(exc, Py4JJavaError)
-
 
 @contextlib.contextmanager
 def translate(error: type[StewardError], what: str) -> Iterator[None]:

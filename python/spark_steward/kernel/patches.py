@@ -106,14 +106,6 @@ def install(points: Iterable[str] | None = None) -> None:
             _replace(point)
 
 
-def original(point: str) -> Any:
-    """What ``point`` was before spark-steward replaced it (the current value otherwise)."""
-    with _lock:
-        if point in _installed:
-            return _installed[point]
-    return _current(_BY_NAME[point])
-
-
 def _target(point: PatchPoint) -> Any:
     last: Exception | None = None
     for name in point.modules:

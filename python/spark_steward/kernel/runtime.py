@@ -9,12 +9,12 @@ record, the executor context broadcast and the capabilities (services) built on 
 from __future__ import annotations
 
 import atexit
+import importlib
 import logging
 import secrets
-import importlib
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 from spark_steward._version import __version__
 from spark_steward.applications import ApplicationRegistry
@@ -26,7 +26,7 @@ from spark_steward.kernel import bootstrap, patches, session
 from spark_steward.kernel.dispatch import EventDispatcher
 from spark_steward.kernel.executor import ExecutorContext
 from spark_steward.kernel.heartbeat import ApplicationHeartbeat
-from spark_steward.kernel.jvm import PLUGIN_CLASS, EventBridgeHandle, SparkJvm
+from spark_steward.kernel.jvm import PLUGIN_CLASS, EventBridgeHandle, SparkJvm, forget_facade
 from spark_steward.kernel.pump import EventPump
 from spark_steward.kernel.services import discover
 from spark_steward.kernel.shim import jar_path
@@ -71,8 +71,6 @@ class RuntimeService:
         return None
 
 
-
-
 def call_hooks(service: RuntimeService) -> None:
     """Calls the service's ``driver_hooks`` with it."""
     for name in service.driver_hooks:
@@ -94,7 +92,7 @@ def build_services() -> list[RuntimeService]:
             raise SetupError(f"spark-steward capability {spec.name!r} ({spec.source}) built a "
                              f"{type(service).__name__}, not a RuntimeService")
         services.append(service)
-    return sorted(services, key=lambda s: (s.rank, s.name))
+    return sorted(services, key=lambda s: s.rank)  # stable: same rank, registration order
 
 
 S = TypeVar("S", bound=RuntimeService)
@@ -123,6 +121,9 @@ class DriverRuntime:
         self.registry = ApplicationRegistry(self.storage,
                                             heartbeat_timeout=conf.get(HEARTBEAT_TIMEOUT))
         self.dispatcher = EventDispatcher()
+        # Built before the event bridge is installed: a capability that cannot be found or
+        # built fails attach with nothing installed in the JVM yet.
+        self.services: list[RuntimeService] = build_services()
         self.bridge: EventBridgeHandle = self.jvm.event_bridge(
             None if self.jvm.shim_on_classpath() else str(jar_path(conf.get(SHIM_JAR))))
         if not self.bridge.from_plugin:
@@ -145,7 +146,6 @@ class DriverRuntime:
         # The heartbeat is the kernel's own and starts first: every capability's start may
         # judge other applications by their records, and this one's must exist by then.
         self.heartbeat = ApplicationHeartbeat(self.registry, conf.get(HEARTBEAT_INTERVAL))
-        self.services: list[RuntimeService] = build_services()
         self._stopped = False
         self._lock = threading.Lock()
 
@@ -161,6 +161,9 @@ class DriverRuntime:
                 started.append(service)
                 call_hooks(service)
         except BaseException:
+            # Stopped before the services: every hook that checks ``runtime.stopped`` hands
+            # calls back to Spark from now on, as if this attach had never happened.
+            self._stopped = True
             for service in reversed(started):
                 self._stop_service(service)
             self._stop_heartbeat()
@@ -189,6 +192,7 @@ class DriverRuntime:
         for service in reversed(self.services):
             self._stop_service(service)
         self._stop_heartbeat()
+        forget_facade(self.sc)
         log.info("spark-steward detached from %s (%s)", self.app_id, reason)
 
     def _stop_heartbeat(self) -> None:
@@ -222,14 +226,24 @@ class DriverRuntime:
         """Waits until every event Spark has posted so far reached the subscribers."""
         return self.pump.flush(timeout)
 
-    def service(self, kind: type[S]) -> S:
-        """The running service of capability class ``kind``.
+    @overload
+    def service(self, kind: type[S]) -> S: ...
+
+    @overload
+    def service(self, kind: str) -> RuntimeService: ...
+
+    def service(self, kind: "type[S] | str") -> RuntimeService:
+        """The running service of capability class ``kind`` (or registered name).
 
         >>> runtime.service(BlobService).depot          # doctest: +SKIP
         """
         for candidate in self.services:
-            if isinstance(candidate, kind):
+            if isinstance(kind, str) and candidate.name == kind \
+                    or isinstance(kind, type) and isinstance(candidate, kind):
                 return candidate
+        if isinstance(kind, str):
+            raise SetupError(f"no spark-steward capability named {kind!r} is running here; "
+                             f"running: {', '.join(s.name for s in self.services)}")
         raise SetupError(
             f"the spark-steward capability {kind.__name__} is not running in this application: "
             "its package is not installed where the driver runs, or its entry point "

@@ -49,20 +49,46 @@ def register_service(name: str, factory: ServiceFactory) -> None:
         _REGISTERED.append(ServiceSpec(name, factory, "register_service"))
 
 
+#: The capabilities spark-steward itself declares: attach refuses to run without them (their
+#: absence means the package metadata is stale or missing, not a choice).
+BUILT_IN = ("local", "blobs", "checkpoints", "tables")
+#: The distribution that declares them.
+DISTRIBUTION = "spark-steward"
+
+_entry_points: list[ServiceSpec] | None = None
+
+
 def _entry_point_specs() -> list[ServiceSpec]:
+    """The entry points of the group, loaded once per process. A built-in one that cannot be
+    loaded fails attach; a third party's is skipped with a warning (a broken extension must not
+    stop every Spark application of the environment)."""
+    global _entry_points
+    if _entry_points is not None:
+        return _entry_points
     specs = []
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             factory = point.load()
+            if not callable(factory):
+                raise TypeError("not a RuntimeService class or factory")
         except Exception as exc:
-            raise SetupError(
-                f"spark-steward capability {point.name!r} ({point.value}, entry point group "
-                f"{ENTRY_POINT_GROUP}) cannot be loaded: {type(exc).__name__}: {exc}; "
-                "reinstall the package that declares it") from exc
-        if not callable(factory):
-            raise SetupError(f"spark-steward capability {point.name!r} ({point.value}) is not "
-                             "a RuntimeService class or factory")
+            problem = (f"spark-steward capability {point.name!r} ({point.value}, entry point "
+                       f"group {ENTRY_POINT_GROUP}) cannot be loaded: {type(exc).__name__}: "
+                       f"{exc}")
+            if point.name in BUILT_IN:
+                raise SetupError(f"{problem}; reinstall spark-steward") from exc
+            log.warning("%s; attaching without it", problem)
+            continue
         specs.append(ServiceSpec(point.name, factory, point.value))
+    missing = [name for name in BUILT_IN if all(spec.name != name for spec in specs)]
+    if missing:
+        raise SetupError(
+            f"spark-steward's built-in capabilities {', '.join(missing)} are not registered "
+            f"(entry point group {ENTRY_POINT_GROUP} of the {DISTRIBUTION} distribution): the "
+            "package's metadata is missing or stale, as with a source tree on PYTHONPATH or an "
+            "install from before an upgrade; install it with pip (pip install spark-steward, or "
+            "pip install -e . in a checkout)")
+    _entry_points = specs
     return specs
 
 

@@ -86,28 +86,22 @@ def _steward_unpersist(df: "DataFrame") -> bool:
     return True
 
 
-def _cache_handler(proceed: Callable[..., Any], df: "DataFrame", *args: Any,
-                   **kwargs: Any) -> Any:
-    return _take_over(proceed, df, _steward_cache, args, kwargs, cached=True)
+def _take_over(call: str, before: Callable[["DataFrame"], bool]) -> Callable[..., Any]:
+    """The handler of ``DataFrame.<call>``: ``before`` decides whether spark-steward serves it."""
+    cached = call != "unpersist"
 
+    def handler(proceed: Callable[..., Any], df: "DataFrame", *args: Any, **kwargs: Any) -> Any:
+        try:
+            handled = before(df)
+        except Exception as exc:  # never fail a user's cache() for us: Spark's path still works
+            log.warning("spark-steward could not take over %s(): %s; using Spark's", call, exc)
+            handled = False
+        if handled:
+            df.is_cached = cached
+            return df
+        return proceed(df, *args, **kwargs)
 
-def _unpersist_handler(proceed: Callable[..., Any], df: "DataFrame", *args: Any,
-                       **kwargs: Any) -> Any:
-    return _take_over(proceed, df, _steward_unpersist, args, kwargs, cached=False)
-
-
-def _take_over(proceed: Callable[..., Any], df: "DataFrame", before: Callable[..., bool],
-               args: tuple[Any, ...], kwargs: dict[str, Any], *, cached: bool) -> Any:
-    try:
-        handled = before(df)
-    except Exception as exc:  # never fail a user's cache() for us: Spark's path still works
-        log.warning("spark-steward could not take over %s(): %s; using Spark's",
-                    "cache" if cached else "unpersist", exc)
-        handled = False
-    if handled:
-        df.is_cached = cached
-        return df
-    return proceed(df, *args, **kwargs)
+    return handler
 
 
 def _explain_handler(proceed: Callable[..., Any], df: "DataFrame", *args: Any,
@@ -132,7 +126,8 @@ def install(service: "TableService") -> None:
     DataFrame's cache, persist, unpersist and explain, served by ``service``."""
     global _service
     _service = service
-    patches.intercept("DataFrame.cache", "tables", _cache_handler)
-    patches.intercept("DataFrame.persist", "tables", _cache_handler)
-    patches.intercept("DataFrame.unpersist", "tables", _unpersist_handler)
+    patches.intercept("DataFrame.cache", "tables", _take_over("cache", _steward_cache))
+    patches.intercept("DataFrame.persist", "tables", _take_over("persist", _steward_cache))
+    patches.intercept("DataFrame.unpersist", "tables",
+                      _take_over("unpersist", _steward_unpersist))
     patches.intercept("DataFrame.explain", "tables", _explain_handler)

@@ -1,11 +1,17 @@
 """Starts Spark with or without the plugin, runs a job, attaches afterwards, runs another job.
 
-usage: late_attach.py OUT_FILE with-plugin|without-plugin|tiny-buffer
+usage: late_attach.py OUT_FILE with-plugin|without-plugin|tiny-buffer|failing-service
 Run with SPARK_STEWARD_AUTOLOAD=0 so nothing attaches until attach() is called.
+
+failing-service: attaches and detaches once (every pyspark patch installed), then attaches
+again with a capability whose start fails after the blob service started; reports the error
+and what ``sc.addFile`` + ``SparkFiles.get`` do afterwards.
 """
 
 import json
+import os
 import sys
+import tempfile
 
 from pyspark.sql import SparkSession
 
@@ -23,8 +29,46 @@ class Recorder(RuntimeService):
         runtime.dispatcher.subscribe(Recorder.events.append)
 
 
+class Boom(RuntimeService):
+    name = "boom"
+    rank = 25  # after the blob service (20), before checkpoints (30)
+
+    def start(self, runtime):
+        raise RuntimeError("boom: this capability cannot start")
+
+
+def failing_service(out):
+    from pyspark import SparkFiles
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .getOrCreate())
+    sc = spark.sparkContext
+    spark_steward.attach(spark)
+    spark_steward.detach()
+    register_service(Boom.name, Boom)
+    error = None
+    try:
+        spark_steward.attach(spark)
+    except RuntimeError as exc:
+        error = str(exc)
+    folder = tempfile.mkdtemp()
+    path = os.path.join(folder, "hello.txt")
+    with open(path, "w") as f:
+        f.write("hello from addFile")
+    sc.addFile(path)
+    read = sc.parallelize([0], 1).map(lambda _: open(SparkFiles.get("hello.txt")).read())
+    result = {"error": error, "enabled": spark_steward.is_enabled(spark),
+              "content": read.collect()[0], "driver_path": SparkFiles.get("hello.txt")}
+    spark.stop()
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
 if __name__ == "__main__":
     out, mode = sys.argv[1], sys.argv[2]
+    if mode == "failing-service":
+        failing_service(out)
+        sys.exit(0)
     register_service(Recorder.name, Recorder)
     builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
     if mode in ("with-plugin", "tiny-buffer"):

@@ -5,7 +5,7 @@ import java.util.List;
 
 /**
  * Encodes listener events as positional JSON arrays, {@code [seq, "type", time, fields...]}, with
- * the field order per type fixed here and in Python's {@code spark_steward.spark.events}. Events
+ * the field order per type fixed here and in Python's {@code spark_steward.kernel.events}. Events
  * cross py4j as plain strings, never as live JVM objects, so Python holds no references into the
  * JVM and one call carries a whole batch; positions instead of names halve the bytes.
  */

@@ -32,11 +32,6 @@ public final class PythonFacade {
     return EventBridge.install(sc);
   }
 
-  /** The bridge of the current SparkContext, or null when none was installed. */
-  public static EventBridge currentEventBridge() {
-    return EventBridge.current();
-  }
-
   /**
    * Whether a bridge serving {@code sc} is installed already (by the plugin at context start, or
    * an earlier attach): {@link #installEventBridge} then returns that one.
