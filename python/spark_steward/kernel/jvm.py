@@ -113,12 +113,11 @@ def facade(sc: "SparkContext", jar: str | None = None) -> Facade:
         return found
 
 
-def forget_facade(sc: "SparkContext") -> None:
-    """Drops the facade of ``sc`` (at detach), so a stopped context is not kept alive."""
+def forget_facade(app_id: str) -> None:
+    """Drops the facade of application ``app_id`` (at detach, when its context may be stopped
+    already), so a stopped context is not kept alive."""
     with _lock:
-        found = _facades.get(str(sc.applicationId))
-        if found is not None and found.sc is sc:
-            del _facades[str(sc.applicationId)]
+        _facades.pop(app_id, None)
 
 
 def call(sc: "SparkContext", method: str, *args: Any,

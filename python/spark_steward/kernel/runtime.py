@@ -192,7 +192,7 @@ class DriverRuntime:
         for service in reversed(self.services):
             self._stop_service(service)
         self._stop_heartbeat()
-        forget_facade(self.sc)
+        forget_facade(self.app_id)
         log.info("spark-steward detached from %s (%s)", self.app_id, reason)
 
     def _stop_heartbeat(self) -> None:
