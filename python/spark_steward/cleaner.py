@@ -15,13 +15,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Generic, Hashable, TypeVar
+from typing import Callable, Generic, Hashable, TypeVar
 
+from spark_steward.config import CLEANUP_THREADS, StewardConf
 from spark_steward.lifecycle.cleanup_schedule import CleanupSchedule
 from spark_steward.lifecycle.retry import RetryStrategy
-
-if TYPE_CHECKING:
-    from spark_steward.config import StewardConf
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +169,5 @@ class RetryingCleaner(Generic[K]):
 def cleaner_from_conf(conf: "StewardConf", name: str,
                       describe: Callable[[K], str] = str) -> RetryingCleaner[K]:
     """A cleaner with the application's ``cleanup-strategy`` and ``cleanup.io-threads``."""
-    from spark_steward.config import CLEANUP_THREADS
-
     return RetryingCleaner(conf.retry_strategy(), threads=conf.get(CLEANUP_THREADS), name=name,
                            describe=describe)

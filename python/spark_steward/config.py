@@ -14,12 +14,10 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 from spark_steward.errors import ConfigError
-
-if TYPE_CHECKING:
-    from spark_steward.lifecycle.retry import RetryStrategy
+from spark_steward.lifecycle.retry import RetryStrategy
 
 log = logging.getLogger(__name__)
 
@@ -397,8 +395,6 @@ class StewardConf:
 
     def retry_strategy(self) -> "RetryStrategy":
         """The cleanup retry strategy these values describe."""
-        from spark_steward.lifecycle.retry import RetryStrategy
-
         kind = self.get(CLEANUP_STRATEGY)
         if kind == "none":
             return RetryStrategy.no_retry()

@@ -21,10 +21,11 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Callable
 
-from spark_steward.checkpoint.store import CheckpointStore
-from spark_steward.config import CHECKPOINTS_TRANSPARENT
+from spark_steward.checkpoint import spark_checkpoints as hooks
 from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, spark_series)
+from spark_steward.checkpoint.store import CheckpointStore
+from spark_steward.config import CHECKPOINTS_TRANSPARENT
 from spark_steward.kernel.events import CheckpointCleaned, JobEnd, RddCleaned, SparkEvent
 
 if TYPE_CHECKING:
@@ -53,8 +54,6 @@ class SparkCheckpointOwner:
         self.active = False
 
     def start(self) -> None:
-        from spark_steward.checkpoint import spark_checkpoints as hooks
-
         if not self.runtime.conf.get(CHECKPOINTS_TRANSPARENT):
             return
         hooks.enable_clean_checkpoints(self.runtime.sc)

@@ -11,22 +11,23 @@ Spark's own reliable checkpoints (:mod:`spark_steward.checkpoint.spark_checkpoin
 from __future__ import annotations
 
 import builtins
-
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from spark_steward.checkpoint.data import DataFile, hadoop_url, read_dataframe, write_dataframe
+from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
+                                                 CheckpointState, spark_series, validate_series)
+from spark_steward.checkpoint.merging.dataframes import ARTIFACT_FORMAT as MERGED_FORMAT
+from spark_steward.checkpoint.merging.dataframes import restore_merged, save_merged
 from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
 from spark_steward.cleaner import OrphanKey, RetryingCleaner, cleaner_from_conf
 from spark_steward.config import (CHECKPOINTS_MERGING, CHECKPOINTS_ORPHAN_GRACE,
                                   CHECKPOINTS_RETAINED, CLEANUP_SHUTDOWN_TIMEOUT)
 from spark_steward.errors import CheckpointCorrupt, CheckpointError, StewardError
-from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
-                                                 CheckpointState, validate_series)
-from spark_steward.checkpoint.merging.dataframes import ARTIFACT_FORMAT as MERGED_FORMAT
-from spark_steward.checkpoint.merging.dataframes import restore_merged, save_merged
+from spark_steward.kernel import jvm
+from spark_steward.kernel.runtime import RuntimeService, runtime_for
 from spark_steward.kernel.session import session_value
-from spark_steward.kernel.runtime import RuntimeService
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -98,8 +99,6 @@ class CheckpointService(RuntimeService):
     def checkpoint_dataframe(self, df: "DataFrame") -> "DataFrame":
         """``df.checkpoint()`` with ``replace-builtin``: a merged save into the application's
         ``_spark.<app id>`` series, returned as a DataFrame over the saved segments."""
-        from spark_steward.checkpoint.lifecycle import spark_series
-
         store = self.require_store()
         assert self._runtime is not None
         series = spark_series(self._runtime.app_id)
@@ -115,8 +114,6 @@ class CheckpointService(RuntimeService):
         """Registers the RDD that reads ``entry`` with Spark's ContextCleaner, so the entry is
         discarded once nothing on the JVM references it (as Spark cleans its own checkpoints);
         without the cleaner (or ``checkpoints.transparent=false``) it goes at stop."""
-        from spark_steward.kernel import jvm
-
         owner = self.spark_checkpoints
         if owner is None or not owner.active:
             return
@@ -172,8 +169,6 @@ class CheckpointSeries:
         return f"CheckpointSeries({self.name!r})"
 
     def _service(self, spark: "SparkSession | None") -> tuple["DriverRuntime", CheckpointService]:
-        from spark_steward.kernel.runtime import runtime_for
-
         runtime = runtime_for(spark or self._spark)
         return runtime, runtime.service(CheckpointService)
 
@@ -199,8 +194,6 @@ class CheckpointSeries:
     def _save_files(self, runtime: "DriverRuntime", store: CheckpointStore, df: "DataFrame"
                     ) -> int:
         """One checksummed file per partition (file merging off)."""
-        from spark_steward.checkpoint.data import hadoop_url, write_dataframe
-
         entry = store.begin(self.name)
         try:
             data_url = hadoop_url(store.storage.url_of(entry.data))
@@ -259,8 +252,6 @@ class CheckpointSeries:
     def _read(self, runtime: "DriverRuntime", store: CheckpointStore, entry: CheckpointEntry,
               spark: "SparkSession | None") -> "DataFrame":
         from pyspark.sql import SparkSession
-
-        from spark_steward.checkpoint.data import DataFile, hadoop_url, read_dataframe
 
         session = spark or self._spark or SparkSession.getActiveSession()
         if session is None:

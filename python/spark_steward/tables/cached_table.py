@@ -11,13 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.classic.dataframe import DataFrame
 
+from spark_steward.errors import CacheError
 from spark_steward.kernel import jvm
+from spark_steward.kernel.runtime import current_runtime, runtime_for
+from spark_steward.tables.service import TableService
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as AnyDataFrame
     from pyspark.sql import SparkSession
 
-    from spark_steward.tables.service import CatalogRecord, TableService
+    from spark_steward.tables.service import CatalogRecord
 
 
 class CachedTable(DataFrame):
@@ -71,10 +74,6 @@ class CachedTable(DataFrame):
 
 def cache(df: "AnyDataFrame", *, shared: bool = False) -> "AnyDataFrame":
     """``df`` as a :class:`CachedTable` (``df`` itself if it is one, or a streaming DataFrame)."""
-    from spark_steward.errors import CacheError
-    from spark_steward.kernel.runtime import runtime_for
-    from spark_steward.tables.service import TableService
-
     if isinstance(df, CachedTable):
         return df
     if not jvm.is_classic(df):
@@ -91,10 +90,6 @@ def cache(df: "AnyDataFrame", *, shared: bool = False) -> "AnyDataFrame":
 def close(spark: "SparkSession | None" = None) -> int:
     """Releases every table cached in ``spark`` (the active session if None) physically."""
     from pyspark.sql import SparkSession
-
-    from spark_steward.errors import CacheError
-    from spark_steward.kernel.runtime import current_runtime
-    from spark_steward.tables.service import TableService
 
     session = spark or SparkSession.getActiveSession()
     if session is None:

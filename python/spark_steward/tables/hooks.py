@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from spark_steward.config import CACHE_TRANSPARENT
 from spark_steward.kernel import jvm, patches
 from spark_steward.kernel.session import session_value
+from spark_steward.tables.cached_table import CachedTable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -53,8 +54,6 @@ def _service_of(df: "DataFrame") -> "TableService | None":
 
 def _steward_cache(df: "DataFrame") -> bool:
     """Turns ``df`` itself into a :class:`CachedTable`; False when it stays with Spark."""
-    from spark_steward.tables.cached_table import CachedTable
-
     if isinstance(df, CachedTable):
         return True
     service = transparent_service(df)

@@ -26,11 +26,12 @@ from spark_steward.config import (CACHE_MAX_BYTES, CACHE_ORPHAN_GRACE, CACHE_SHA
                                   CLEANUP_SHUTDOWN_TIMEOUT, CLEANUP_THREADS)
 from spark_steward.errors import CacheError, StewardError
 from spark_steward.kernel import jvm
-from spark_steward.lifecycle.lru import CacheUsage, choose_evictions
-from spark_steward.tables.lifecycle import TableEntry, private_key, shared_key
 from spark_steward.kernel.runtime import RuntimeService
 from spark_steward.kernel.session import session_value
+from spark_steward.lifecycle.lru import CacheUsage, choose_evictions
+from spark_steward.tables.lifecycle import TableEntry, private_key, shared_key
 from spark_steward.tables.manifest import Manifest, build_manifest, find_problem
+from spark_steward.tables.replicas import read_url
 from spark_steward.tables.store import TableCleanup, TableStore, describe
 
 if TYPE_CHECKING:
@@ -287,8 +288,6 @@ class TableService(RuntimeService):
                               CacheError)
 
     def _read_url(self, record: CatalogRecord, data_rel: str) -> str:
-        from spark_steward.tables.replicas import read_url
-
         return read_url(self._require_runtime(), record.source.sparkSession,
                         self._require_store().storage, data_rel)
 
