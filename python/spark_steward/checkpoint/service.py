@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from spark_steward.checkpoint.data import DataFile, hadoop_url, read_dataframe, write_dataframe
+from spark_steward.checkpoint import data
 from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, spark_series, validate_series)
 from spark_steward.checkpoint.merging.dataframes import ARTIFACT_FORMAT as MERGED_FORMAT
@@ -196,8 +196,9 @@ class CheckpointSeries:
         """One checksummed file per partition (file merging off)."""
         entry = store.begin(self.name)
         try:
-            data_url = hadoop_url(store.storage.url_of(entry.data))
-            files = write_dataframe(df, data_url)
+            # Through the module: the crash suite intercepts data.write_dataframe.
+            data_url = data.hadoop_url(store.storage.url_of(entry.data))
+            files = data.write_dataframe(df, data_url)
             _remove_unlisted(store, entry, {f.name for f in files})
             artifact = {
                 "format": ARTIFACT_FORMAT, "series": entry.series, "id": entry.number,
@@ -260,7 +261,7 @@ class CheckpointSeries:
         if artifact.get("format") == MERGED_FORMAT:
             return restore_merged(session, store, entry, artifact)
         try:
-            files = [DataFile(**f) for f in artifact["files"]]
+            files = [data.DataFile(**f) for f in artifact["files"]]
             schema = artifact["schema"]
         except (KeyError, TypeError) as exc:
             raise CheckpointCorrupt(f"checkpoint {entry.id}: artifact lacks {exc}") from None
@@ -274,7 +275,8 @@ class CheckpointSeries:
                 raise CheckpointCorrupt(f"checkpoint {entry.id}: data file "
                                         f"{store.storage.url_of(entry.data + '/' + f.name)} has "
                                         f"{sizes[f.name]} bytes, recorded {f.bytes}")
-        return read_dataframe(session, hadoop_url(store.storage.url_of(entry.data)), files, schema)
+        return data.read_dataframe(session, data.hadoop_url(store.storage.url_of(entry.data)),
+                                   files, schema)
 
 
 def _remove_unlisted(store: CheckpointStore, entry: CheckpointEntry, listed: set[str]) -> None:
