@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Hashable, Mapping, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, NamedTuple, Protocol, TypeVar
 
 from spark_steward.errors import StewardError
 from spark_steward.lifecycle.liveness import Liveness
@@ -21,6 +21,7 @@ from spark_steward.lifecycle.liveness import Liveness
 if TYPE_CHECKING:
     from spark_steward.applications import ApplicationRegistry
     from spark_steward.cleaner import RetryingCleaner
+    from spark_steward.recovery import RecoveryReport
 
 K = TypeVar("K", bound=Hashable)
 
@@ -124,3 +125,35 @@ def finish_cleanup(report: GcReport, cleaner: "RetryingCleaner[K]", doomed: list
             continue
         files, size = sizes.get(item, (0, 0))
         report.deleted.append(Deleted(item, files, size))
+
+
+class FailoverStore(Protocol):
+    """What :func:`collect_failover` needs of a checkpoint or table store."""
+
+    cleaner: Any
+
+    def recover(self, orphan_grace: float, *, dry_run: bool = False) -> "RecoveryReport": ...
+
+
+def collect_failover(store: FailoverStore, entry_sizes: Callable[[], dict[str, tuple[int, int]]],
+                     orphan_usage: Callable[[str], tuple[int, int]], *, orphan_grace: float,
+                     dry_run: bool, what: str, describe: Callable[[Any], str], label: str,
+                     progress: Progress | None, timeout: float) -> GcReport:
+    """Runs a store's failover offline (``spark-steward gc``) and reports it: planned first (a
+    dry run, sized with ``entry_sizes()`` of the entries and ``orphan_usage`` of each orphan), then
+    for real unless ``dry_run``; entries failing verification are skipped, naming ``what``
+    (``series``, ``table``) is left alone. Closes the store's cleaner, also on failure."""
+    report = GcReport(dry_run=dry_run)
+    try:
+        sizes = entry_sizes()
+        planned = store.recover(orphan_grace, dry_run=True)
+        sizes.update({rel: orphan_usage(rel) for rel in planned.orphans})
+        found = planned if dry_run else store.recover(orphan_grace)
+        for path in found.corrupt:
+            report.skipped.append(Skipped(path, f"entry fails verification; its {what} is left "
+                                                "alone"))
+        finish_cleanup(report, store.cleaner, found.discarding + found.orphans, sizes,
+                       describe=describe, label=label, progress=progress, timeout=timeout)
+    finally:
+        store.cleaner.close(0)
+    return report

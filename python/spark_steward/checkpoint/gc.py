@@ -18,7 +18,7 @@ from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import StewardError
-from spark_steward.gc import GcReport, Progress, Skipped, finish_cleanup
+from spark_steward.gc import GcReport, Progress, collect_failover
 from spark_steward.checkpoint.metadata import MERGED
 from spark_steward.checkpoint.lifecycle import CheckpointEntry, CheckpointState
 from spark_steward.checkpoint.merging.lifecycle import Amplification, Segment, live_bytes_by_file
@@ -134,22 +134,12 @@ def collect_garbage(registry: ApplicationRegistry, *, dry_run: bool, orphan_grac
                     progress: Progress | None = None, timeout: float = 600.0,
                     strategy: RetryStrategy = GC_STRATEGY) -> GcReport:
     """Runs checkpoint failover against ``registry``'s storage and waits for it."""
-    report = GcReport(dry_run=dry_run)
     store = _offline_store(registry, strategy)
-    try:
-        entries, _ = store.metadata.load()
-        sizes = {e.id: _usage(store, e) for e in entries}
-        planned = store.recover(orphan_grace, dry_run=True)
-        sizes.update({rel: _orphan_usage(store, rel) for rel in planned.orphans})
-        found = planned if dry_run else store.recover(orphan_grace)
-        for path in found.corrupt:
-            report.skipped.append(Skipped(path, "entry fails verification; its series is left "
-                                                "alone"))
-        finish_cleanup(report, store.cleaner, found.discarding + found.orphans, sizes,
-                       describe=_describe, label="checkpoints", progress=progress, timeout=timeout)
-    finally:
-        store.cleaner.close(0)
-    return report
+    return collect_failover(store, lambda: {e.id: _usage(store, e)
+                                            for e in store.metadata.load()[0]},
+                            lambda rel: _orphan_usage(store, rel), orphan_grace=orphan_grace,
+                            dry_run=dry_run, what="series", describe=_describe,
+                            label="checkpoints", progress=progress, timeout=timeout)
 
 
 def _describe(key: CheckpointCleanup) -> str:

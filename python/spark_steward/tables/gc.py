@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.cleaner import OrphanKey, RetryingCleaner
 from spark_steward.errors import StewardError
-from spark_steward.gc import GcReport, Progress, Skipped, application_liveness, finish_cleanup
+from spark_steward.gc import GcReport, Progress, application_liveness, collect_failover
 from spark_steward.lifecycle.retry import RetryStrategy
 from spark_steward.tables.lifecycle import TableEntry, TableState
 from spark_steward.tables.store import TableCleanup, TableStore, describe
@@ -134,22 +134,12 @@ def collect_garbage(registry: ApplicationRegistry, *, dry_run: bool, orphan_grac
                     shared_retention: float = 0.0) -> GcReport:
     """Runs cached-table failover against ``registry``'s storage and waits for it. Shared
     tables nobody uses are kept until ``shared_retention`` seconds after their release."""
-    report = GcReport(dry_run=dry_run)
     store = _offline_store(registry, strategy, shared_retention)
-    try:
-        entries, _ = store.load()
-        sizes = {e.key: _usage(store, store.data_rel(e)) for e in entries}
-        planned = store.recover(orphan_grace, dry_run=True)
-        sizes.update({rel: _usage(store, rel) for rel in planned.orphans})
-        found = planned if dry_run else store.recover(orphan_grace)
-        for path in found.corrupt:
-            report.skipped.append(Skipped(path, "entry fails verification; its table is left "
-                                                "alone"))
-        finish_cleanup(report, store.cleaner, found.discarding + found.orphans, sizes,
-                       describe=_item, label="caches", progress=progress, timeout=timeout)
-    finally:
-        store.cleaner.close(0)
-    return report
+    return collect_failover(store, lambda: {e.key: _usage(store, store.data_rel(e))
+                                            for e in store.load()[0]},
+                            lambda rel: _usage(store, rel), orphan_grace=orphan_grace,
+                            dry_run=dry_run, what="table", describe=_item, label="caches",
+                            progress=progress, timeout=timeout)
 
 
 def _item(key: TableCleanup) -> str:
