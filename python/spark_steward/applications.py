@@ -15,8 +15,15 @@ import time
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Callable
 
+from spark_steward._version import __version__
 from spark_steward.errors import RecordCorrupt, StewardError
-from spark_steward.lifecycle.liveness import DriverIdentity, Liveness, classify
+from spark_steward.lifecycle.liveness import (
+    IDENTITY_FORMAT,
+    DriverIdentity,
+    Liveness,
+    Place,
+    classify,
+)
 
 if TYPE_CHECKING:  # fsspec costs an executor's new worker ~40 ms to import
     from spark_steward.storage import Storage
@@ -52,14 +59,54 @@ class ApplicationRecord:
     finished_at: float | None = None
     spark_version: str = ""
     steward_version: str = ""
+    #: Where the pid means something (see :mod:`spark_steward.lifecycle.liveness`); records
+    #: from before these fields read as format 0, judged by their heartbeat alone.
+    boot_id: str = ""
+    pid_ns: str = ""
+    identity_format: int = 0
 
     @property
     def driver(self) -> DriverIdentity:
-        return DriverIdentity(self.host, self.pid, self.pid_start)
+        return DriverIdentity(self.host, self.pid, self.pid_start, self.boot_id, self.pid_ns)
 
     @property
     def finished(self) -> bool:
         return self.finished_at is not None
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "app_id": (str,), "app_name": (str,), "host": (str,), "pid": (int,),
+    "pid_start": (int, type(None)), "started_at": (int, float), "heartbeat_at": (int, float),
+    "finished_at": (int, float, type(None)), "spark_version": (str,), "steward_version": (str,),
+    "boot_id": (str,), "pid_ns": (str,), "identity_format": (int,),
+}
+
+
+def boot_id() -> str:
+    """This kernel boot's random id (Linux), "" where unknown: pids of another boot mean
+    nothing here."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (``pid:[4026531836]``), "" where unknown. Also "" when the
+    mounted /proc belongs to another PID namespace (``unshare --pid`` without ``--mount-proc``):
+    then neither signals nor /proc answer for the pids this process sees."""
+    try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return ""
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def this_place(host: str | None = None) -> Place:
+    """Where this process runs: hostname (or ``host``), boot id and PID namespace."""
+    return Place(host or socket.gethostname(), boot_id(), pid_namespace())
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -93,13 +140,19 @@ class ApplicationRegistry:
 
     def __init__(self, storage: Storage, *, heartbeat_timeout: float,
                  clock: Callable[[], float] = time.time,
-                 this_host: str | None = None,
+                 this_host: str | None = None, here: Place | None = None,
                  probe: Callable[[int, int | None], bool] = process_alive) -> None:
+        """``here`` is where this process runs (default :func:`this_place`); ``this_host`` only
+        renames the host of that default."""
         self.storage = storage
         self.heartbeat_timeout = heartbeat_timeout
         self.clock = clock
-        self.this_host = this_host or socket.gethostname()
+        self.here = here or this_place(this_host)
         self.probe = probe
+
+    @property
+    def this_host(self) -> str:
+        return self.here.host
 
     @staticmethod
     def record_path(app_id: str) -> str:
@@ -113,9 +166,10 @@ class ApplicationRegistry:
                    steward_version: str = "") -> ApplicationRecord:
         now = self.clock()
         pid = os.getpid()
-        return ApplicationRecord(validate_app_id(app_id), app_name, self.this_host, pid,
+        return ApplicationRecord(validate_app_id(app_id), app_name, self.here.host, pid,
                                  process_start_ticks(pid), now, now, None, spark_version,
-                                 steward_version)
+                                 steward_version, self.here.boot_id, self.here.pid_ns,
+                                 IDENTITY_FORMAT)
 
     def write(self, record: ApplicationRecord) -> None:
         self.storage.write_record(self.record_path(record.app_id), asdict(record))
@@ -141,7 +195,12 @@ class ApplicationRegistry:
                                 f"application record of {app_id}")
         known = {f.name for f in fields(ApplicationRecord)}
         # Fields a newer version added are ignored, so old CLIs still read new records.
-        return ApplicationRecord(**{k: v for k, v in body.items() if k in known})
+        values = {k: v for k, v in body.items() if k in known}
+        for name, value in values.items():
+            if not isinstance(value, _FIELD_TYPES[name]) or isinstance(value, bool):
+                raise RecordCorrupt(f"{self.storage.url_of(self.record_path(app_id))}: field "
+                                    f"{name} is {value!r}, not of the record's format")
+        return ApplicationRecord(**values)
 
     def all(self) -> list[ApplicationRecord]:
         """Every readable record; a corrupt one is logged and skipped, never guessed at."""
@@ -159,10 +218,15 @@ class ApplicationRegistry:
         return found
 
     def liveness(self, record: ApplicationRecord) -> Liveness:
-        return classify(finished=record.finished, heartbeat_at=record.heartbeat_at,
-                        driver=record.driver, now=self.clock(),
-                        heartbeat_timeout=self.heartbeat_timeout, this_host=self.this_host,
-                        process_alive=self.probe)
+        state = classify(finished=record.finished, heartbeat_at=record.heartbeat_at,
+                         driver=record.driver, now=self.clock(),
+                         heartbeat_timeout=self.heartbeat_timeout, here=self.here,
+                         process_alive=self.probe, identity_format=record.identity_format)
+        if state is Liveness.UNKNOWN:
+            log.warning("leaving what %s owns alone: its record's driver identity format %r is "
+                        "unknown to spark-steward %s (written by a newer version?)",
+                        record.app_id, record.identity_format, __version__)
+        return state
 
     def is_dead(self, app_id: str) -> bool:
         """True when ``app_id`` has a readable record that says finished or crashed. No record,
@@ -172,7 +236,7 @@ class ApplicationRegistry:
         except (StewardError, TypeError) as exc:
             log.warning("not touching what %s owns: its record is unreadable (%s)", app_id, exc)
             return False
-        return record is not None and self.liveness(record) is not Liveness.LIVE
+        return record is not None and self.liveness(record).dead
 
     def owned_usage(self, app_id: str) -> dict[str, tuple[int, int]]:
         """``{capability: (files, bytes)}`` of what the application owns in the storage dir."""

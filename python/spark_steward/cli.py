@@ -100,6 +100,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         rows.append({
             "app_id": record.app_id, "name": record.app_name,
             "state": registry.liveness(record).value, "host": record.host, "pid": record.pid,
+            "boot_id": record.boot_id, "pid_ns": record.pid_ns,
             "started_at": record.started_at, "heartbeat_at": record.heartbeat_at,
             "finished_at": record.finished_at,
             "owns": {k: {"files": f, "bytes": b} for k, (f, b) in owned.items()},

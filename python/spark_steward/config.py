@@ -194,8 +194,9 @@ HEARTBEAT_INTERVAL = _key(
     "How often a live application refreshes its record in the storage dir.", minimum=0.01)
 HEARTBEAT_TIMEOUT = _key(
     "spark.steward.heartbeat.timeout", DURATION, "2min",
-    "A running application whose heartbeat is older than this is taken as crashed (on the "
-    "driver's own host a vanished driver process counts as crashed at once).", minimum=0.01)
+    "A running application whose heartbeat is older than this is taken as crashed. Where the "
+    "judging process shares the driver's hostname, boot and PID namespace, the driver process "
+    "decides instead: vanished is crashed at once, running is live.", minimum=0.01)
 BLOB_RETENTION_INTERVAL = _key(
     "spark.steward.blob.retention.interval", DURATION, "30min",
     "Staged cleanup period of blobs (FLIP-19 `blob.retention.interval`): an unreferenced blob, "

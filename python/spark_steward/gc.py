@@ -46,12 +46,15 @@ def judge(registry: "ApplicationRegistry", app_id: str) -> tuple[str, str]:
     state = registry.liveness(record)
     if state is Liveness.LIVE:
         return state.value, "application is live"
+    if state is Liveness.UNKNOWN:
+        return state.value, (f"driver identity format {record.identity_format!r} of its record "
+                             f"is unknown to this version")
     return state.value, f"application {state.value}"
 
 
 def is_collectable(liveness: str) -> bool:
     """Whether an application judged ``liveness`` is no longer alive (finished or crashed)."""
-    return liveness in (Liveness.FINISHED.value, Liveness.CRASHED.value)
+    return liveness in {state.value for state in Liveness if state.dead}
 
 
 def application_liveness(registry: "ApplicationRegistry", app_id: str) -> str:

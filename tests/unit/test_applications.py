@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import sys
 from dataclasses import asdict, replace
 
 import pytest
@@ -12,12 +13,14 @@ import pytest
 from spark_steward.applications import (
     ApplicationRecord,
     ApplicationRegistry,
+    pid_namespace,
     process_alive,
     process_start_ticks,
+    this_place,
     validate_app_id,
 )
-from spark_steward.errors import StewardError
-from spark_steward.lifecycle.liveness import Liveness
+from spark_steward.errors import RecordCorrupt, StewardError
+from spark_steward.lifecycle.liveness import IDENTITY_FORMAT, Liveness
 from spark_steward.storage import Storage
 from tests.unit.conftest import FakeClock
 
@@ -259,3 +262,71 @@ def test_record_is_a_plain_dataclass() -> None:
     record = ApplicationRecord("a", "n", "h", 1, None, 1.0, 2.0)
     assert record.finished_at is None and not record.finished
     assert replace(record, finished_at=3.0).finished
+
+
+# -- where the driver runs ----------------------------------------------------------------------
+
+
+def test_new_record_carries_the_driver_identity(registry: ApplicationRegistry) -> None:
+    record = registry.new_record("app-id", "etl")
+    here = this_place()
+    assert (record.boot_id, record.pid_ns) == (here.boot_id, here.pid_ns)
+    assert record.boot_id and record.pid_ns.startswith("pid:[")
+    assert record.identity_format == IDENTITY_FORMAT
+    assert registry.read("app-id") is None
+    registry.write(record)
+    assert registry.read("app-id") == record
+
+
+def test_pid_namespace_is_unknown_when_proc_belongs_to_another_namespace() -> None:
+    # /proc/self of a /proc mounted for another PID namespace is not this pid.
+    script = ("from spark_steward.applications import pid_namespace, boot_id;"
+              "print(repr(pid_namespace()), bool(boot_id()))")
+    inside = subprocess.run(["unshare", "--pid", "--fork", sys.executable, "-c", script],
+                            capture_output=True, text=True)
+    if inside.returncode != 0:
+        pytest.skip(f"cannot create a PID namespace here: {inside.stderr.strip()[:200]}")
+    assert inside.stdout.split() == ["''", "True"]
+    mounted = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable,
+                              "-c", script], capture_output=True, text=True, check=True)
+    ns, has_boot = mounted.stdout.split()
+    assert ns.startswith("'pid:[") and ns != repr(pid_namespace()) and has_boot == "True"
+
+
+def test_a_record_from_before_identities_is_judged_by_its_heartbeat(
+        registry: ApplicationRegistry, clock: FakeClock, probe: Probe) -> None:
+    old = {k: v for k, v in asdict(registry.new_record("old-app", "o")).items()
+           if k not in ("boot_id", "pid_ns", "identity_format")}
+    registry.storage.write_record("applications/old-app.json", old)
+    record = registry.read("old-app")
+    assert record is not None and record.identity_format == 0
+    probe.alive = False   # same host name, but nothing says the pid is comparable
+    assert registry.liveness(record) is Liveness.LIVE and not registry.is_dead("old-app")
+    clock.advance(TIMEOUT + 1)
+    assert registry.liveness(record) is Liveness.CRASHED and registry.is_dead("old-app")
+
+
+def test_an_unknown_identity_format_is_left_alone_with_a_warning(
+        registry: ApplicationRegistry, clock: FakeClock, probe: Probe,
+        caplog: pytest.LogCaptureFixture) -> None:
+    future = replace(registry.finish(registry.new_record("future", "f")), identity_format=2)
+    registry.write(future)
+    probe.alive = False
+    clock.advance(TIMEOUT * 100)
+    with caplog.at_level(logging.WARNING, logger="spark_steward.applications"):
+        assert registry.liveness(future) is Liveness.UNKNOWN
+        assert not registry.is_dead("future")
+    assert "future" in caplog.text and "identity format 2" in caplog.text
+
+
+@pytest.mark.parametrize("field,value", [("boot_id", 7), ("pid_ns", None),
+                                         ("identity_format", "1"), ("pid", True),
+                                         ("heartbeat_at", "soon")])
+def test_a_record_with_a_field_of_the_wrong_type_is_corrupt_and_not_dead(
+        registry: ApplicationRegistry, clock: FakeClock, field: str, value: object) -> None:
+    body = {**asdict(registry.new_record("odd", "o")), field: value}
+    registry.storage.write_record("applications/odd.json", body)
+    with pytest.raises(RecordCorrupt, match=field):
+        registry.read("odd")
+    clock.advance(TIMEOUT * 100)
+    assert not registry.is_dead("odd")

@@ -18,7 +18,7 @@ from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
 from spark_steward.cleaner import RetryingCleaner
 from spark_steward.errors import StewardError
-from spark_steward.gc import GcReport, Progress, collect_failover
+from spark_steward.gc import UNKNOWN, GcReport, Progress, application_liveness, collect_failover
 from spark_steward.checkpoint.metadata import MERGED
 from spark_steward.checkpoint.lifecycle import CheckpointEntry, CheckpointState
 from spark_steward.checkpoint.merging.lifecycle import Amplification, Segment, live_bytes_by_file
@@ -61,8 +61,8 @@ def list_checkpoints(registry: ApplicationRegistry) -> tuple[list[CheckpointList
         listing = []
         for entry in entries:
             if entry.app_id not in states:
-                record = registry.read(entry.app_id) if _safe(entry.app_id) else None
-                states[entry.app_id] = registry.liveness(record).value if record else "unknown"
+                states[entry.app_id] = (application_liveness(registry, entry.app_id)
+                                        if _safe(entry.app_id) else UNKNOWN)
             files, size = _usage(store, entry)
             listing.append(CheckpointListing(entry, states[entry.app_id], files, size))
         return listing, corrupt
