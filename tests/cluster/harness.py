@@ -58,8 +58,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO, TYPE_CHECKING, Any, Callable
 
-__all__ = ["Cluster", "HarnessError", "HostProcess", "Link", "Terminated", "leftovers",
-           "sweep_stale", "unavailable"]
+__all__ = ["Cluster", "HarnessError", "HostProcess", "Link", "Terminated", "delay_unavailable",
+           "leftovers", "sweep_stale", "unavailable"]
 
 BASE = Path("/var/tmp/spark-steward-harness")
 HOLDER = Path(__file__).resolve().parent / "scripts" / "holder.py"
@@ -88,16 +88,18 @@ class Link:
 
     ``rate_mbit`` caps each direction (tc tbf); ``delay_ms`` is added one way in each direction
     (tc netem), so two shaped hosts see a one-way delay of the sum of their two delays and a
-    round trip of twice that. ``Link()`` is an unshaped link (veth speed)."""
+    round trip of twice that; 0 is no delay. ``Link()`` is an unshaped link (veth speed).
+    Kernels without netem cannot delay: :func:`delay_unavailable` says so beforehand, and
+    shaping with a delay there fails with ``link: delay_ms needs the netem qdisc...``."""
 
     rate_mbit: float | None = None
     delay_ms: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("rate_mbit", "delay_ms"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"Link.{name} must be positive or None, not {value!r}")
+        if self.rate_mbit is not None and not self.rate_mbit > 0:
+            raise ValueError(f"Link.rate_mbit must be positive or None, not {self.rate_mbit!r}")
+        if self.delay_ms is not None and not self.delay_ms >= 0:
+            raise ValueError(f"Link.delay_ms must be >= 0 or None, not {self.delay_ms!r}")
 
 
 class HarnessError(Exception):
@@ -180,6 +182,34 @@ def _check_available() -> str | None:
     finally:
         _cmd(["ip", "netns", "del", probe])
     return None
+
+
+_NO_NETEM = "the netem qdisc, which this kernel lacks (CONFIG_NET_SCH_NETEM)"
+_DELAY_UNAVAILABLE: list[str | None] = []
+
+
+def delay_unavailable() -> str | None:
+    """``None`` when :class:`Link` ``delay_ms`` works here, else why not: delays need tc's
+    netem qdisc, which some kernels (e.g. minimal VM kernels) leave out. Rates need only tbf.
+    Checked once per process, in a scratch network namespace."""
+    if not _DELAY_UNAVAILABLE:
+        reason = unavailable()
+        if reason is None:
+            probe = f"sstprobe{os.getpid()}"
+            done = _cmd(["ip", "netns", "add", probe])
+            if done.returncode != 0:
+                reason = f"`ip netns add` fails: {_one_line(done.stderr)}"
+            else:
+                try:
+                    done = _cmd(["tc", "-n", probe, "qdisc", "add", "dev", "lo", "root",
+                                 "netem", "delay", "1ms"])
+                    if done.returncode != 0:
+                        reason = (f"needs {_NO_NETEM}" if "kind is unknown" in done.stderr
+                                  else f"tc netem fails: {_one_line(done.stderr)}")
+                finally:
+                    _cmd(["ip", "netns", "del", probe])
+        _DELAY_UNAVAILABLE.append(reason)
+    return _DELAY_UNAVAILABLE[0]
 
 
 def _find_java() -> str | None:
@@ -1175,7 +1205,7 @@ def _set_qdisc(netns: str | None, dev: str, link: Link) -> None:
         # burst: 5 ms of traffic, at least one 64 KiB GSO segment; latency bounds the queue.
         burst = max(64 * 1024, int(rate_bytes * 0.005))
         tbf = f"tbf rate {max(1, round(link.rate_mbit * 1000))}kbit burst {burst} latency 50ms"
-    if link.delay_ms is not None:
+    if link.delay_ms:
         # netem's queue must hold a bandwidth-delay product of packets (10 Gbit/s if unshaped).
         rate_bytes = (link.rate_mbit or 10_000) * 1e6 / 8
         limit = max(1000, int(2 * rate_bytes * link.delay_ms / 1000 / 1500))
@@ -1188,6 +1218,8 @@ def _set_qdisc(netns: str | None, dev: str, link: Link) -> None:
     if lines:
         done = _cmd([*tc, "-batch", "-"], input="\n".join(lines) + "\n")
         if done.returncode != 0:
+            if link.delay_ms and "kind is unknown" in done.stderr:
+                raise HarnessError("link", f"delay_ms needs {_NO_NETEM}")
             where = f" in {netns}" if netns else ""
             raise HarnessError("link", f"tc on {dev}{where} failed: {_one_line(done.stderr)}")
 
