@@ -12,7 +12,10 @@ import org.apache.spark.api.plugin.SparkPlugin;
 /**
  * Entry point named in {@code spark.plugins}. Its driver side installs the {@link EventBridge}
  * while the SparkContext is still starting, so events that happen before the Python runtime
- * attaches are buffered (bounded) and delivered on attach. Nothing runs on executors.
+ * attaches are buffered (bounded) and delivered on attach. Both sides together remove the
+ * application's host-local folder on every executor host when the application ends ({@link
+ * AppEndDriver}, {@link AppEndExecutor}). With {@code spark.steward.enabled} not true at context
+ * start, neither side does anything.
  */
 public final class StewardPlugin implements SparkPlugin {
 
@@ -23,25 +26,60 @@ public final class StewardPlugin implements SparkPlugin {
 
   @Override
   public ExecutorPlugin executorPlugin() {
-    return null;
+    return new Executor();
   }
 
   /** Installs the bridge only when {@code spark.steward.enabled=true}; costs nothing otherwise. */
   static final class Driver implements DriverPlugin {
     private EventBridge bridge;
+    private AppEndDriver appEnd;
 
     @Override
     public Map<String, String> init(SparkContext sc, PluginContext pluginContext) {
-      if (sc.conf().getBoolean("spark.steward.enabled", false)) {
-        bridge = EventBridge.install(sc);
+      if (!sc.conf().getBoolean("spark.steward.enabled", false)) {
+        return Collections.emptyMap();
       }
-      return Collections.emptyMap();
+      bridge = EventBridge.install(sc);
+      appEnd = AppEndDriver.start(sc);
+      // Reaches the executors' init as their extra conf: the executor side acts only on it.
+      return appEnd == null ? Collections.emptyMap()
+          : Collections.singletonMap(AppEndExecutor.ENABLED_KEY, "true");
+    }
+
+    @Override
+    public Object receive(Object message) {
+      return appEnd == null ? null : appEnd.receive(message);
     }
 
     @Override
     public void shutdown() {
+      // SparkContext.stop() has stopped the scheduler (and so told the executors to stop) by now.
+      if (appEnd != null) {
+        appEnd.shutdown();
+      }
       if (bridge != null) {
         bridge.markStopped();
+      }
+    }
+  }
+
+  /** Active only when the driver side said so (spark-steward on); not in local mode's driver. */
+  static final class Executor implements ExecutorPlugin {
+    private AppEndExecutor appEnd;
+
+    @Override
+    public void init(PluginContext ctx, Map<String, String> extraConf) {
+      // In local mode the executor is the driver, whose folder the Python side removes.
+      if ("true".equals(extraConf.get(AppEndExecutor.ENABLED_KEY))
+          && !"driver".equals(ctx.executorID())) {
+        appEnd = AppEndExecutor.start(ctx);
+      }
+    }
+
+    @Override
+    public void shutdown() {
+      if (appEnd != null) {
+        appEnd.shutdown();
       }
     }
   }
