@@ -38,7 +38,8 @@ class ExecutorWorkingDir:
                         self.work.root, exc)
 
     def _sweep_dead_applications_once_per_host(self) -> None:
-        """Removes what dead applications left on this host (their executors could not)."""
+        """Removes what dead applications left on this host: their executors could not at their
+        end (a crash, no executor left here at the end, the host unreachable then)."""
         marker = self.runtime.work_dir / ".swept"
         try:
             marker.parent.mkdir(parents=True, exist_ok=True)

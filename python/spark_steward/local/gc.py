@@ -1,7 +1,12 @@
 """The host-local working dirs of applications that are no longer alive, judged by the storage
 dir's application records: ``spark-steward gc --local-dir`` (:func:`collect_garbage`) and the
 sweep the driver and each host's first executor task run (:func:`sweep_local_folders`). Both
-choose from the same folders (:func:`app_folders`)."""
+choose from the same folders (:func:`app_folders`).
+
+A finished application's folders are normally gone already: removed at its ``spark.stop()`` by
+the driver (its host) and by every executor still running (theirs). What these find is the
+rest: applications that crashed, hosts whose executors all left before the end, hosts
+unreachable at the end."""
 
 from __future__ import annotations
 

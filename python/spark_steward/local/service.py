@@ -6,6 +6,13 @@ records in the storage dir; a live application's folder is never touched), and a
 ``spark.stop()`` it removes this application's folder on the driver's host: blobs, the blob
 cache, table replicas, merged-checkpoint spools and ``local.state`` values alike. It starts
 before and stops after every capability that keeps files there.
+
+The folders on executor hosts are the JVM shim's: inside ``SparkContext.stop()`` each executor
+still running asks the driver whether the application ends and removes its host's folder
+(``StewardPlugin``), and the context's stop waits, bounded, for their reports, so they are gone
+before this service stops. A host none of whose executors saw the end (all removed earlier, or
+unreachable) keeps its folder until the next application starts there or
+``spark-steward gc --local-dir``.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ class LocalService(RuntimeService):
             log.warning("could not sweep %s for dead applications' folders: %s", local_dir, exc)
 
     def stop(self, runtime: "DriverRuntime") -> None:
-        if self.app_dir is not None:
-            # Other hosts' folders go at the next start of an application there (or gc).
+        # After the JVM context stopped: an executor on this host may have removed it already.
+        if self.app_dir is not None and self.app_dir.exists():
             shutil.rmtree(self.app_dir, ignore_errors=True)
+            log.info("removed %s (the driver's host)", self.app_dir)
