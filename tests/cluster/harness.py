@@ -17,7 +17,7 @@ with ``s3=True``, ``s3``) is a set of Linux namespaces held open by one holder p
   mounted at the same path on every host, as an NFS export would be.
 
 Everything lives under ``/var/tmp/spark-steward-harness/<k>/`` (not /tmp: hosts replace /tmp),
-with an ``owner.json`` naming the owning process. ``close()`` removes every namespace, link,
+with an ``owner.json`` naming the owning process (which holds ``owner.lock``). ``close()`` removes every namespace, link,
 qdisc, mount, process and file it made; it also runs on exceptions, Ctrl-C, SIGTERM (turned into
 :class:`Terminated` while a cluster is open) and at exit. A SIGKILLed owner cannot clean up: its
 holders die with it (they watch a lifeline pipe) and the next ``start()`` sweeps the rest.
@@ -265,6 +265,7 @@ class Cluster:
         self._hosts: dict[str, _Host] = {}
         self._lifeline: tuple[int, int] | None = None
         self._owner = os.getpid()
+        self._owner_lock: int | None = None
         self._state = "new"  # new -> starting -> started -> closed
         self._lock = threading.RLock()
         self.timings: dict[str, float] = {}
@@ -297,6 +298,11 @@ class Cluster:
     def workers(self) -> tuple[str, ...]:
         """The worker hosts' names, ``w1``..``wN``."""
         return tuple(f"w{i}" for i in range(1, self._n_workers + 1))
+
+    @property
+    def spark(self) -> bool:
+        """Whether this cluster runs Spark's master and workers (``spark=True``, the default)."""
+        return self._spark
 
     @property
     def gateway(self) -> str:
@@ -446,6 +452,9 @@ class Cluster:
                         _reap_host(h)
                 finally:
                     self._state = "closed"
+                    if self._owner_lock is not None:
+                        os.close(self._owner_lock)
+                        self._owner_lock = None
                     _unregister_open(self)
                 left = leftovers(self.prefix)
             self.timings["close"] = time.monotonic() - began
@@ -582,6 +591,11 @@ class Cluster:
             k = free[0]
             root = BASE / str(k)
             root.mkdir(mode=0o755)
+            # Held until this process ends: the kernel drops it even on SIGKILL, so a sweeper
+            # can tell a dead owner from a live one in any pid namespace. owner.json is the
+            # fallback (and says who it is to a person).
+            self._owner_lock = os.open(root / "owner.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._owner_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             owner = {"pid": os.getpid(), "start_time": _start_time(os.getpid()),
                      "boot_id": _boot_id(), "argv": sys.argv, "created": time.time()}
             (root / "owner.json").write_text(json.dumps(owner))
@@ -834,9 +848,10 @@ class Cluster:
 # -- stale harnesses and leftovers -----------------------------------------------------------
 
 def sweep_stale() -> list[str]:
-    """Removes every harness whose owner (owner.json: pid, start time, boot) is dead, and any
-    ``sst<k>`` namespace, link or holder with no harness dir at all; never a live owner's.
-    Returns the prefixes it removed. :meth:`Cluster.start` calls it first."""
+    """Removes every harness whose owner is dead (nobody holds its owner.lock; without one, the
+    pid, start time and boot in owner.json say), and any ``sst<k>`` namespace, link or holder
+    with no harness dir at all; never a live owner's. Returns the prefixes it removed.
+    :meth:`Cluster.start` calls it first."""
     removed: list[str] = []
     if not BASE.is_dir() and not _names_by_k() and not _holders():
         return removed
@@ -868,8 +883,8 @@ def leftovers(prefix: str | None = None) -> list[str]:
             if m and (k is None or int(m.group(1)) == k):
                 out.append(f"qdisc {line.strip()}")
     for point in _mount_points():
-        kk = _mount_k(point)
-        if kk is not None and (k is None or kk == k):
+        mount_k = _mount_k(point)
+        if mount_k is not None and (k is None or mount_k == k):
             out.append(f"mount {point}")
     for proc in _harness_processes(None if k is None else {k}):
         out.append(f"process {proc.pid} {' '.join(proc.cmdline)[:100]}")
@@ -980,8 +995,20 @@ def _boot_id() -> str:
 
 def _owner_alive(root: Path) -> bool:
     try:
+        fd = os.open(root / "owner.lock", os.O_RDWR)
+    except OSError:
+        pass  # no lock file: judge by owner.json
+    else:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False  # nobody holds it: the owner is gone
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+    try:
         owner = json.loads((root / "owner.json").read_text())
-        pid, start, boot = int(owner["pid"]), owner["start_time"], owner["boot_id"]
+        pid, start, boot = int(owner["pid"]), int(owner["start_time"]), str(owner["boot_id"])
     except (OSError, ValueError, KeyError, TypeError):
         return False  # written under the lock before anything else: missing means crashed
     return boot == _boot_id() and _start_time(pid) == start
@@ -1266,9 +1293,13 @@ def _tail(path: Path, lines: int = 40) -> str:
         return ""
 
 
-def _last_lines(tail: str, n: int = 4) -> str:
-    """The last few meaningful log lines, for a one-line message (the full tail is in .log)."""
-    lines = [line for line in tail.splitlines() if line.strip()]
+_STACK_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more|Caused by: )|^\s*$")
+
+
+def _last_lines(tail: str, n: int = 3) -> str:
+    """The last few meaningful log lines (no Java stack frames), for a one-line message; the
+    full tail is in :attr:`HarnessError.log`."""
+    lines = [line for line in tail.splitlines() if not _STACK_FRAME.match(line)]
     return _one_line("\n".join(lines[-n:]), 600) or "(empty log)"
 
 
@@ -1366,7 +1397,7 @@ def _deferred_signals() -> Iterator[None]:
         return
     pending: list[int] = []
     saved: dict[int, _Handler] = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (int(signal.SIGINT), int(signal.SIGTERM)):
         saved[sig] = signal.getsignal(sig)
         signal.signal(sig, lambda signum, frame: pending.append(signum))
     _DEFERRED.append(saved)

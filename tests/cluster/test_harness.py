@@ -207,7 +207,7 @@ def transfer(cluster: Cluster, src: str, dst: str, mib: int, port: int) -> dict[
 
 
 def test_links_are_shaped_in_both_directions() -> None:
-    mib, mbit = 16, 100.0
+    mib, mbit = 8, 100.0
     expected = mib * 8 * 1.048576 / mbit  # seconds of payload at the link rate
     with Cluster(workers=2, spark=False, link=Link(rate_mbit=mbit)) as cluster:
         forward = transfer(cluster, "w1", "w2", mib, 9200)
@@ -250,7 +250,7 @@ def test_link_delay_adds_round_trip_time() -> None:
 
 @pytest.mark.parametrize(("kwargs", "step", "says"), [
     ({"java": "/nonexistent/bin/java"}, "master: ", "/nonexistent/bin/java"),
-    ({"worker_memory": "0"}, "worker w1: ", "exited with code"),
+    ({"worker_memory": "0"}, "worker w1: ", "Memory is below 1MB"),
 ], ids=["bad-java", "impossible-worker-memory"])
 def test_a_harness_that_cannot_start_names_its_step_in_one_line(
         kwargs: dict[str, Any], step: str, says: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from pyspark.sql import SparkSession
 
@@ -24,7 +24,7 @@ def facts() -> dict[str, Any]:
             "resolved": socket.gethostbyname(socket.gethostname())}
 
 
-def probe(_: Iterator[int]) -> Iterator[dict[str, Any]]:
+def probe(_: Iterable[int]) -> Iterator[dict[str, Any]]:
     import time
 
     time.sleep(0.3)  # keep each executor busy long enough for the others to take tasks
