@@ -45,10 +45,6 @@ def wait_until(predicate: Any, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def alive_worker_hosts(cluster: Cluster) -> list[str]:
-    return sorted(w["host"] for w in cluster._master_workers() if w.get("state") == "ALIVE")
-
-
 # -- hosts are separate machines ---------------------------------------------------------------
 
 def test_hosts_have_their_own_network_names_tmp_and_processes(cluster: Cluster) -> None:
@@ -117,7 +113,7 @@ def test_loopback_tmp_and_pids_are_per_host_the_shared_dir_is_shared(cluster: Cl
 # -- Spark across hosts ------------------------------------------------------------------------
 
 def test_spark_job_from_the_driver_host_runs_on_every_worker_host(cluster: Cluster) -> None:
-    assert alive_worker_hosts(cluster) == sorted(cluster.address(w) for w in cluster.workers)
+    assert cluster.alive_workers() == list(cluster.workers)
     done = cluster.submit(SCRIPTS / "where.py", "3",
                           conf=["--conf", "spark.harness.marker=raw-args"], timeout=300)
     result = result_line(done)
@@ -162,11 +158,11 @@ def test_kill_host_kills_every_process_restart_worker_brings_it_back(cluster: Cl
     assert in_ns == []
     with pytest.raises(HarnessError, match=r"^host w3: is down"):
         cluster.run("w3", ["true"])
-    wait_until(lambda: cluster.address("w3") not in alive_worker_hosts(cluster), 60,
+    wait_until(lambda: "w3" not in cluster.alive_workers(), 60,
                "the master dropping w3")
 
     cluster.restart_worker("w3")
-    assert alive_worker_hosts(cluster) == sorted(cluster.address(w) for w in cluster.workers)
+    assert cluster.alive_workers() == list(cluster.workers)
     assert cluster.run("w3", ["cat", "/tmp/survives-restart"]).stdout == "disk"
     assert cluster.holder_pid("w3") != holder
 
@@ -316,4 +312,4 @@ def test_a_sigkilled_owner_is_swept_by_the_next_harness(cluster: Cluster) -> Non
     assert leftovers(prefix) == []
     # The live session cluster (another owner's, here this process's) was not touched.
     assert cluster.run("w1", ["true"]).returncode == 0
-    assert len(alive_worker_hosts(cluster)) == 3
+    assert cluster.alive_workers() == list(cluster.workers)
