@@ -12,6 +12,8 @@ checks one capability from what these two applications reported and left.
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
@@ -22,7 +24,7 @@ import pytest
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.storage import Storage
-from tests.cluster.conftest import (StewardApp, host_files, pids_on, sigkill_on,
+from tests.cluster.conftest import (SCRIPTS, StewardApp, host_files, pids_on, sigkill_on,
                                     steward_setup)
 from tests.cluster.harness import Cluster
 
@@ -308,3 +310,68 @@ def test_the_application_releases_its_storage_at_stop(capabilities: Run) -> None
     assert record is not None and record.finished
     assert record.host == run.cluster.hostname("driver")
     assert registry.liveness(record) is Liveness.FINISHED
+
+
+# -- networks and storage only a real cluster has ---------------------------------------------
+
+def test_blobs_reach_executors_when_the_driver_is_behind_nat(cluster: Cluster) -> None:
+    """Bridged container networking (a published port, a Kubernetes Service): executors reach
+    the driver at an address that is not its own (``spark.driver.host``, here a forwarder on
+    the master host), and the driver binds ``spark.driver.bindAddress``. Spark runs so (the
+    same job with spark-steward off does); spark-steward must too, its blob server included."""
+    nat = f"198.18.{cluster.prefix[len('sst'):]}.250"
+    ports = {"spark.driver.port": "40011", "spark.driver.blockManager.port": "40012",
+             "spark.steward.blob.server.port": "40013"}
+    cluster.run("master", ["ip", "addr", "add", f"{nat}/24", "dev", "eth0"], check=True)
+    forwarder = cluster.popen("master", [sys.executable, str(SCRIPTS / "forward.py"), nat,
+                                         cluster.address("driver"), *ports.values()],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert forwarder.stdout is not None
+        assert forwarder.stdout.readline().strip() == "listening"
+        flags, _, _ = steward_setup(cluster, "nat", **ports, **{
+            "spark.driver.host": nat, "spark.driver.bindAddress": cluster.address("driver"),
+            "spark.steward.blob.ha": "false"})
+        with StewardApp(cluster, "nat.py", cluster.shared / "nat" / "out", flags) as app:
+            code = app.proc.wait(300)
+            result = app.wait_phase("result", timeout=1)
+            if "start_error" in result:
+                pytest.fail("the application did not start (spark-steward's attach failed):\n"
+                            + result["start_error"], pytrace=False)
+            assert code == 0, app.tail()
+    finally:
+        forwarder.kill()
+        forwarder.wait(10)
+        cluster.run("master", ["ip", "addr", "del", f"{nat}/24", "dev", "eth0"], check=True)
+    assert result["spark"] == sum(x * x for x in range(6))
+    assert "error" not in result, result["error"]
+    assert {r["host"] for r in result["rows"]} == {cluster.hostname(w) for w in cluster.workers}
+    assert {(r["sha256"], r["file"]) for r in result["rows"]} == \
+        {(result["sha256"], "through the forwarder\n")}
+
+
+def test_without_a_shared_storage_dir_nothing_is_silently_wrong(cluster: Cluster) -> None:
+    """No ``spark.steward.storage.dir`` on a multi-host cluster: the embedded default is a
+    directory in the driver host's temp dir, which executors on other hosts do not have
+    (documented as single-host). Whatever spark-steward does then, a cached table must count
+    its rows (computed uncached if need be), a checkpoint that says it saved must restore, and
+    nothing may be stranded on worker disks outside the working dirs that are cleaned."""
+    flags, _, _ = steward_setup(cluster, "default-storage")
+    at = flags.index(next(f for f in flags if f.startswith("spark.steward.storage.dir=")))
+    del flags[at - 1:at + 1]
+    assert not any("storage.dir" in f for f in flags)
+    with StewardApp(cluster, "default_storage.py", cluster.shared / "default-storage" / "out",
+                    flags) as app:
+        result = app.finish(timeout=300)
+    assert result["storage"].startswith("file:///tmp/")
+    assert result["blob"] == [5000] * 6, result["blob"]
+    assert result["table"] == {"count": 3000, "sum": 2 * sum(range(3000)),
+                               "materialized": result["table"].get("materialized")}, \
+        f"a cached table returned a wrong result: {result['table']}"
+    checkpoint = result["checkpoint"]
+    assert "saved" not in checkpoint or checkpoint.get("restored") == 3000, \
+        f"a checkpoint was saved that cannot be restored: {checkpoint}"
+    stranded = {w: sorted(host_files(cluster, w, "/tmp/spark-steward/storage"))
+                for w in cluster.workers}
+    assert stranded == {w: [] for w in cluster.workers}, \
+        f"executors wrote into their own hosts' copy of the default storage dir: {stranded}"
