@@ -656,17 +656,19 @@ class Cluster:
         bridge = f"sst{k}br"
         hosts = list(self._hosts.values())
         _ip_batch("namespace", [f"netns add {h.netns}" for h in hosts])
-        _ip_batch("link", [f"link add {bridge} type bridge",
-                           f"link set {bridge} addrgenmode none"]
+        _ip_batch("link", [f"link add {bridge} type bridge"]
                   + [f"link add {h.veth} type veth peer name eth0 netns {h.netns}"
-                     for h in hosts]
-                  + [f"link set {h.veth} addrgenmode none" for h in hosts]
-                  + [f"addr add 198.18.{k}.1/24 dev {bridge}", f"link set {bridge} up"]
+                     for h in hosts])
+        # No IPv6 link-local addresses, so no IPv6 chatter at all; best effort (a kernel
+        # without IPv6 has none to turn off).
+        _cmd(["ip", "-force", "-batch", "-"], input="".join(
+            f"link set {dev} addrgenmode none\n" for dev in [bridge] + [h.veth for h in hosts]))
+        _ip_batch("link", [f"addr add 198.18.{k}.1/24 dev {bridge}", f"link set {bridge} up"]
                   + [f"link set {h.veth} master {bridge}" for h in hosts]
                   + [f"link set {h.veth} up" for h in hosts])
         for h in hosts:
-            _ip_batch("link", ["link set eth0 addrgenmode none",
-                               f"addr add {h.address}/24 dev eth0",
+            _cmd(["ip", "-n", h.netns, "link", "set", "eth0", "addrgenmode", "none"])
+            _ip_batch("link", [f"addr add {h.address}/24 dev eth0",
                                "link set lo up", "link set eth0 up"], netns=h.netns)
         self.timings["network"] = time.monotonic() - began
 
@@ -916,6 +918,10 @@ def sweep_stale() -> list[str]:
     if not BASE.is_dir() and not _names_by_k() and not _holders():
         return removed
     with _harness_lock():
+        for line in _cmd(["ip", "netns", "list"]).stdout.splitlines():
+            m = re.match(r"sstprobe(\d+)\b", line)
+            if m and not Path(f"/proc/{m.group(1)}").exists():  # unavailable()'s, interrupted
+                _cmd(["ip", "netns", "del", f"sstprobe{m.group(1)}"])
         dirs = {int(p.name): p for p in BASE.iterdir() if p.name.isdigit()}
         stale = {k for k, p in dirs.items() if not _owner_alive(p)}
         orphans = (set(_names_by_k()) | {k for k, _ in _holders()}) - set(dirs)
