@@ -416,7 +416,7 @@ class Cluster:
             if self._state == "started":
                 return self
             if self._state != "new":
-                raise HarnessError("namespace", f"cannot start a cluster that is {self._state}")
+                raise HarnessError("cluster", f"cannot start a cluster that is {self._state}")
             reason = _check_tools()
             if reason:
                 raise HarnessError("namespace", reason)
@@ -599,7 +599,7 @@ class Cluster:
 
     def _need_k(self) -> int:
         if self._k is None:
-            raise HarnessError("namespace", "the cluster is not started")
+            raise HarnessError("cluster", "not started (call start() or use `with Cluster(...)`)")
         return self._k
 
     def _host(self, host: str) -> _Host:
@@ -620,6 +620,7 @@ class Cluster:
             k = free[0]
             root = BASE / str(k)
             root.mkdir(mode=0o755)
+            self._k = k  # from here on close() removes it, whatever fails next
             # Held until this process ends: the kernel drops it even on SIGKILL, so a sweeper
             # can tell a dead owner from a live one in any pid namespace. owner.json is the
             # fallback (and says who it is to a person).
@@ -628,7 +629,6 @@ class Cluster:
             owner = {"pid": os.getpid(), "start_time": _start_time(os.getpid()),
                      "boot_id": _boot_id(), "argv": sys.argv, "created": time.time()}
             (root / "owner.json").write_text(json.dumps(owner))
-            self._k = k
         (root / "shared").mkdir(mode=0o777)
         os.chmod(root / "shared", 0o1777)
         (root / "hosts").mkdir()
