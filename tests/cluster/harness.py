@@ -13,8 +13,15 @@ with ``s3=True``, ``s3``) is a set of Linux namespaces held open by one holder p
 - PID namespace: the host's processes see only each other, and SIGKILL of the holder kills all
   of them at once (:meth:`Cluster.kill_host` is a machine losing power);
 - mount namespace (private): its own ``/tmp`` (Spark's local dirs, worker dirs, Python's
-  tempfiles: the host-local disk), its own ``/etc/hosts`` naming every host, and the shared dir
-  mounted at the same path on every host, as an NFS export would be.
+  tempfiles: the host-local disk), its own ``/etc/hosts`` naming every host (Java resolves its
+  own host name at start-up), and the shared dir mounted at the same path on every host, as an
+  NFS export would be. The rest of the file system (the OS, Java, site-packages, this repo) is
+  the machine's, the same on every host, as an image would be.
+
+Spark runs from the pip pyspark's jars: a standalone master on host ``master`` and one worker
+per worker host, started with ``java`` directly (``SPARK_HOME``, ``SPARK_SCALA_VERSION``,
+``SPARK_LOCAL_IP`` set as ``spark-class`` would), and :meth:`Cluster.submit` runs
+``spark-submit`` on host ``driver``; every daemon and the driver bind to their host's address.
 
 Everything lives under ``/var/tmp/spark-steward-harness/<k>/`` (not /tmp: hosts replace /tmp),
 with an ``owner.json`` naming the owning process (which holds ``owner.lock``). ``close()`` removes every namespace, link,
