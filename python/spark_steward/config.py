@@ -209,7 +209,9 @@ BLOB_HA = _key(
     "The embedded default storage is never used for HA copies.")
 BLOB_SERVER_PORT = _key(
     "spark.steward.blob.server.port", INT, "0",
-    "Port of the driver's blob server (0 picks a free one). It binds to `spark.driver.host`.",
+    "Port of the driver's blob server (0 picks a free one). It listens on "
+    "`spark.driver.bindAddress` (else `spark.driver.host`) and executors dial "
+    "`spark.driver.host` at this port: behind NAT, forward it like `spark.driver.port`.",
     minimum=0)
 BLOB_SERVER_MAX_CONNECTIONS = _key(
     "spark.steward.blob.server.max-connections", INT, "256",

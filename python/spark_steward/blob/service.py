@@ -96,8 +96,9 @@ class BlobService(RuntimeService):
         if conf.is_set(STORAGE_DIR) and conf.get(BLOB_HA):
             ha = HaBlobStore(runtime.storage, runtime.app_id)
         self.depot = depot = BlobDepot(LocalBlobStore(self.local_app_dir / "blobs"), ha)
+        # Listens on the bind address, executors dial the advertised spark.driver.host.
         self.server = BlobServer(
-            host=runtime.context.driver_host, port=conf.get(BLOB_SERVER_PORT),
+            host=runtime.bind_host, port=conf.get(BLOB_SERVER_PORT),
             secret=runtime.context.auth_token, locate=depot.locate,
             on_message=depot.handle_message,
             max_connections=conf.get(BLOB_SERVER_MAX_CONNECTIONS),
@@ -117,8 +118,8 @@ class BlobService(RuntimeService):
                                         args=(conf.get(BLOB_RETENTION_INTERVAL),),
                                         name="spark-steward-blob-cleanup", daemon=True)
         self._ticker.start()
-        log.info("spark-steward blob server listening on %s:%d", runtime.context.driver_host,
-                 port)
+        log.info("spark-steward blob server listening on %s:%d (executors dial %s:%d)",
+                 runtime.bind_host, port, runtime.context.driver_host, port)
 
     def _tick_forever(self, interval: float) -> None:
         while not self._stop.wait(interval):

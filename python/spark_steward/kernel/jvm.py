@@ -391,6 +391,16 @@ class SparkJvm:
     def driver_host(self) -> str:
         return str(self.sc.getConf().get("spark.driver.host", "127.0.0.1"))
 
+    def driver_bind_address(self) -> str:
+        """Where the driver's own servers listen: ``spark.driver.bindAddress`` (a container
+        behind NAT advertises ``spark.driver.host`` but owns only this address), else the
+        advertised host, as Spark does."""
+        conf = self.sc.getConf()
+        return str(conf.get("spark.driver.bindAddress", None) or self.driver_host())
+
+    def master(self) -> str:
+        return str(self.sc.master)
+
     # -- event bridge ------------------------------------------------------------------------
 
     def event_bridge(self, jar_path: str | None) -> EventBridgeHandle:

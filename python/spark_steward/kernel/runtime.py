@@ -20,8 +20,8 @@ from spark_steward._version import __version__
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.config import (ENABLED, EVENTS_BATCH_SIZE, EVENTS_POLL_INTERVAL,
                                   HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, PREFIX, SHIM_JAR,
-                                  StewardConf)
-from spark_steward.errors import DisabledForSession, NotAttached, SetupError
+                                  STORAGE_DIR, StewardConf)
+from spark_steward.errors import ConfigError, DisabledForSession, NotAttached, SetupError
 from spark_steward.kernel import bootstrap, patches, session
 from spark_steward.kernel.dispatch import EventDispatcher
 from spark_steward.kernel.executor import ExecutorContext
@@ -118,6 +118,9 @@ class DriverRuntime:
         # Explicit attach means "on" unless the context's conf says otherwise.
         self.enabled_by_default = conf.get(ENABLED) if conf.is_set(ENABLED) else explicit
         self.storage = Storage.from_url(conf.storage_dir(), **conf.storage_options())
+        # The embedded default lives in the driver host's temp dir: executors share it only
+        # where they run on the driver's host (local and local-cluster masters).
+        self.storage_shared = conf.is_set(STORAGE_DIR) or self.jvm.master().startswith("local")
         self.registry = ApplicationRegistry(self.storage,
                                             heartbeat_timeout=conf.get(HEARTBEAT_TIMEOUT))
         self.dispatcher = EventDispatcher()
@@ -141,6 +144,8 @@ class DriverRuntime:
             driver_host=self.jvm.driver_host(),
             conf={k: v for k, v in pairs if k.startswith(PREFIX)},
         )
+        #: Where the driver's own servers listen (the advertised driver_host may be a NAT's).
+        self.bind_host = self.jvm.driver_bind_address()
         # Broadcast in start(), once services (the blob server's port) have filled it in.
         self.context_broadcast: "Broadcast[ExecutorContext] | None" = None
         # The heartbeat is the kernel's own and starts first: every capability's start may
@@ -148,6 +153,17 @@ class DriverRuntime:
         self.heartbeat = ApplicationHeartbeat(self.registry, conf.get(HEARTBEAT_INTERVAL))
         self._stopped = False
         self._lock = threading.Lock()
+
+    def require_shared_storage(self, what: str) -> None:
+        """Raises ConfigError when executors cannot reach the storage dir: ``what`` (say,
+        "checkpoints") would write data on hosts that never see it again."""
+        if not self.storage_shared:
+            raise ConfigError(
+                f"{what} need spark.steward.storage.dir on this cluster (master "
+                f"{self.jvm.master()}): the embedded default {self.storage.url} is a directory "
+                "on the driver's host, which executors on other hosts do not share; set "
+                "spark.steward.storage.dir to a URL every host reaches (a shared mount, s3://, "
+                "hdfs://)")
 
     # -- lifecycle ---------------------------------------------------------------------------
 
