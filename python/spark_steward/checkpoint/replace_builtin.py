@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _service: "CheckpointService | None" = None
+_warned_unshared = False
 
 
 def replacing_service(df: "DataFrame") -> "CheckpointService | None":
@@ -38,6 +39,14 @@ def replacing_service(df: "DataFrame") -> "CheckpointService | None":
         return None
     on = session_value(session, CHECKPOINTS_REPLACE_BUILTIN,
                        runtime.conf.get(CHECKPOINTS_REPLACE_BUILTIN))
+    if on and not runtime.storage_shared:
+        global _warned_unshared
+        if not _warned_unshared:
+            _warned_unshared = True
+            log.warning("%s is on, but spark.steward.storage.dir is not set on this cluster: "
+                        "df.checkpoint() stays Spark's own (the embedded default storage is on "
+                        "the driver's host only)", CHECKPOINTS_REPLACE_BUILTIN.name)
+        return None
     return service if on else None
 
 

@@ -186,6 +186,7 @@ class CheckpointSeries:
         """
         runtime, service = self._service(df.sparkSession)
         store = service.require_store()
+        runtime.require_shared_storage("checkpoints")
         if session_value(df.sparkSession, CHECKPOINTS_MERGING,
                          runtime.conf.get(CHECKPOINTS_MERGING)):
             return save_merged(runtime, store, self.name, df, self.retained(runtime))
@@ -257,6 +258,7 @@ class CheckpointSeries:
         session = spark or self._spark or SparkSession.getActiveSession()
         if session is None:
             raise CheckpointError("no active SparkSession to restore into")
+        runtime.require_shared_storage("checkpoints")
         artifact = store.metadata.read_artifact(entry.series, entry.number)
         if artifact.get("format") == MERGED_FORMAT:
             return restore_merged(session, store, entry, artifact)

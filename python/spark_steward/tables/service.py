@@ -60,6 +60,7 @@ class CatalogRecord:
     holders: int = 0  # live CachedTable objects (and transparently cached DataFrames)
     closed: bool = False
     warned_unshareable: bool = False
+    warned_unshared: bool = False  # told once that the storage dir is not shared
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
@@ -293,6 +294,15 @@ class TableService(RuntimeService):
 
     def _materialize(self, record: CatalogRecord) -> str | None:
         runtime = self._require_runtime()
+        if not runtime.storage_shared:
+            # Executors on other hosts would write the Parquet files into their own temp dirs.
+            if not record.warned_unshared:
+                record.warned_unshared = True
+                log.warning("cached table %s is not materialized: spark.steward.storage.dir is "
+                            "not set on this cluster (the embedded default is on the driver's "
+                            "host only); its queries compute the original plan",
+                            record.description)
+            return None
         store = self._require_store()
         key = self._key_for(record)
         if record.shared:
