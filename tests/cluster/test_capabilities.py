@@ -93,7 +93,7 @@ def _photograph(cluster: Cluster, folder: str) -> tuple[dict[str, dict[str, Path
 @pytest.fixture(scope="module")
 def capabilities(cluster: Cluster) -> Iterator[Run]:
     flags, storage, local_dir = steward_setup(
-        cluster, NAME, **{"spark.steward.cache.host-replicas": "true"})
+        cluster, NAME, {"spark.steward.cache.host-replicas": "true"})
     out = cluster.shared / NAME / "out"
     with StewardApp(cluster, "capabilities.py", out, flags) as app:
         inspect = app.wait_phase("inspect", timeout=400)
@@ -312,7 +312,7 @@ def test_the_application_releases_its_storage_at_stop(capabilities: Run) -> None
     assert registry.liveness(record) is Liveness.FINISHED
 
 
-# -- networks and storage only a real cluster has ---------------------------------------------
+# -- networks only a real cluster has ---------------------------------------------------------
 
 def test_blobs_reach_executors_when_the_driver_is_behind_nat(cluster: Cluster) -> None:
     """Bridged container networking (a published port, a Kubernetes Service): executors reach
@@ -329,8 +329,9 @@ def test_blobs_reach_executors_when_the_driver_is_behind_nat(cluster: Cluster) -
     try:
         assert forwarder.stdout is not None
         assert forwarder.stdout.readline().strip() == "listening"
-        flags, _, _ = steward_setup(cluster, "nat", **ports, **{
-            "spark.driver.host": nat, "spark.driver.bindAddress": cluster.address("driver"),
+        flags, _, _ = steward_setup(cluster, "nat", {
+            **ports, "spark.driver.host": nat,
+            "spark.driver.bindAddress": cluster.address("driver"),
             "spark.steward.blob.ha": "false"})
         with StewardApp(cluster, "nat.py", cluster.shared / "nat" / "out", flags) as app:
             code = app.proc.wait(300)
@@ -348,30 +349,3 @@ def test_blobs_reach_executors_when_the_driver_is_behind_nat(cluster: Cluster) -
     assert {r["host"] for r in result["rows"]} == {cluster.hostname(w) for w in cluster.workers}
     assert {(r["sha256"], r["file"]) for r in result["rows"]} == \
         {(result["sha256"], "through the forwarder\n")}
-
-
-def test_without_a_shared_storage_dir_nothing_is_silently_wrong(cluster: Cluster) -> None:
-    """No ``spark.steward.storage.dir`` on a multi-host cluster: the embedded default is a
-    directory in the driver host's temp dir, which executors on other hosts do not have
-    (documented as single-host). Whatever spark-steward does then, a cached table must count
-    its rows (computed uncached if need be), a checkpoint that says it saved must restore, and
-    nothing may be stranded on worker disks outside the working dirs that are cleaned."""
-    flags, _, _ = steward_setup(cluster, "default-storage")
-    at = flags.index(next(f for f in flags if f.startswith("spark.steward.storage.dir=")))
-    del flags[at - 1:at + 1]
-    assert not any("storage.dir" in f for f in flags)
-    with StewardApp(cluster, "default_storage.py", cluster.shared / "default-storage" / "out",
-                    flags) as app:
-        result = app.finish(timeout=300)
-    assert result["storage"].startswith("file:///tmp/")
-    assert result["blob"] == [5000] * 6, result["blob"]
-    assert result["table"] == {"count": 3000, "sum": 2 * sum(range(3000)),
-                               "materialized": result["table"].get("materialized")}, \
-        f"a cached table returned a wrong result: {result['table']}"
-    checkpoint = result["checkpoint"]
-    assert "saved" not in checkpoint or checkpoint.get("restored") == 3000, \
-        f"a checkpoint was saved that cannot be restored: {checkpoint}"
-    stranded = {w: sorted(host_files(cluster, w, "/tmp/spark-steward/storage"))
-                for w in cluster.workers}
-    assert stranded == {w: [] for w in cluster.workers}, \
-        f"executors wrote into their own hosts' copy of the default storage dir: {stranded}"

@@ -9,6 +9,9 @@ usage: hostloss.py OUT_DIR
 3. ``pause("restart")``: the test brings the host back (a new worker, the same disk) and names it
    in ``restart.go``.
 4. Jobs until a task ran on that host again, reading the blob and the value there.
+5. Run without ``spark.steward.storage.dir`` (the embedded default, a directory in the driver
+   host's temp dir), as a user who skipped the limits would: a cached table counted, a
+   checkpoint saved and restored; what each returned or raised is reported, not raised.
 
 ``phase("result")`` with everything.
 """
@@ -20,11 +23,13 @@ import os
 import socket
 import sys
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 import spark_steward
 import spark_steward.local
@@ -66,6 +71,26 @@ def slow_task(started: str) -> Callable[[int], dict[str, Any]]:
     return run
 
 
+def default_storage(spark: Any) -> dict[str, Any]:
+    runtime = spark_steward.runtime(spark)
+    out: dict[str, Any] = {"url": runtime.storage.url}
+    try:
+        table = spark_steward.cache(spark.range(0, 3000, numPartitions=6)
+                                    .withColumn("v", F.col("id") * 2))
+        out["table"] = {"count": table.count(), "sum": table.agg(F.sum("v")).first()[0]}
+    except Exception:
+        out["table"] = {"error": traceback.format_exc()[-2000:]}
+    series = spark_steward.checkpoints("default")
+    out["checkpoint"] = {}
+    try:
+        number = series.save(spark.range(0, 3000, numPartitions=6))
+        out["checkpoint"]["saved"] = number
+        out["checkpoint"]["restored"] = series.restore(number).count()
+    except Exception as exc:
+        out["checkpoint"]["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+    return out
+
+
 def main() -> None:
     out = sys.argv[1]
     xhost.init(out)
@@ -103,6 +128,7 @@ def main() -> None:
         time.sleep(0.5)
     result.update(back=back, rounds=rounds, back_seconds=time.monotonic() - began,
                   builds=Path(builds).read_text().splitlines())
+    result["storage"] = default_storage(spark)
     xhost.phase("result", **result)
     spark.stop()
 
