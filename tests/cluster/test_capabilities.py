@@ -312,13 +312,15 @@ def test_the_application_releases_its_storage_at_stop(capabilities: Run) -> None
     assert registry.liveness(record) is Liveness.FINISHED
 
 
-# -- networks only a real cluster has ---------------------------------------------------------
+# -- networks and disks only a real cluster has ------------------------------------------------
 
-def test_blobs_reach_executors_when_the_driver_is_behind_nat(cluster: Cluster) -> None:
-    """Bridged container networking (a published port, a Kubernetes Service): executors reach
-    the driver at an address that is not its own (``spark.driver.host``, here a forwarder on
-    the master host), and the driver binds ``spark.driver.bindAddress``. Spark runs so (the
-    same job with spark-steward off does); spark-steward must too, its blob server included."""
+@pytest.fixture(scope="module")
+def edge(cluster: Cluster) -> dict[str, Any]:
+    """``scripts/nat.py``: a driver behind NAT (bridged container networking: a published port,
+    a Kubernetes Service): executors reach it at an address that is not its own
+    (``spark.driver.host``, here a forwarder on the master host) while it binds
+    ``spark.driver.bindAddress``; Spark runs so (the same job with spark-steward off does). Its
+    storage dir is a ``file://`` dir in /tmp, which each host has privately."""
     nat = f"198.18.{cluster.prefix[len('sst'):]}.250"
     ports = {"spark.driver.port": "40011", "spark.driver.blockManager.port": "40012",
              "spark.steward.blob.server.port": "40013"}
@@ -332,10 +334,11 @@ def test_blobs_reach_executors_when_the_driver_is_behind_nat(cluster: Cluster) -
         flags, _, _ = steward_setup(cluster, "nat", {
             **ports, "spark.driver.host": nat,
             "spark.driver.bindAddress": cluster.address("driver"),
-            "spark.steward.blob.ha": "false"})
+            "spark.steward.blob.ha": "false",
+            "spark.steward.storage.dir": "file:///tmp/steward-nat/storage"})
         with StewardApp(cluster, "nat.py", cluster.shared / "nat" / "out", flags) as app:
             code = app.proc.wait(300)
-            result = app.wait_phase("result", timeout=1)
+            result: dict[str, Any] = app.wait_phase("result", timeout=1)
             if "start_error" in result:
                 pytest.fail("the application did not start (spark-steward's attach failed):\n"
                             + result["start_error"], pytrace=False)
@@ -344,8 +347,31 @@ def test_blobs_reach_executors_when_the_driver_is_behind_nat(cluster: Cluster) -
         forwarder.kill()
         forwarder.wait(10)
         cluster.run("master", ["ip", "addr", "del", f"{nat}/24", "dev", "eth0"], check=True)
+    return result
+
+
+def test_blobs_reach_executors_when_the_driver_is_behind_nat(cluster: Cluster,
+                                                              edge: dict[str, Any]) -> None:
+    result = edge
     assert result["spark"] == sum(x * x for x in range(6))
     assert "error" not in result, result["error"]
     assert {r["host"] for r in result["rows"]} == {cluster.hostname(w) for w in cluster.workers}
     assert {(r["sha256"], r["file"]) for r in result["rows"]} == \
         {(result["sha256"], "through the forwarder\n")}
+
+
+def test_a_storage_dir_the_hosts_do_not_share_never_gives_a_wrong_result(
+        cluster: Cluster, edge: dict[str, Any]) -> None:
+    """``spark.steward.storage.dir`` set to a ``file://`` dir that is not shared (each host has
+    its own ``/tmp``; a local disk mistaken for NFS). The docs require a shared one; whatever
+    spark-steward does with this one, a cached table must count its rows (computed uncached if
+    need be) and a checkpoint that says it saved must restore."""
+    storage = edge["storage"]
+    assert storage["url"] == "file:///tmp/steward-nat/storage"
+    wrong = []
+    if storage["table"] != {"count": 3000, "sum": 2 * sum(range(3000))}:
+        wrong.append(f"a cached table returned a wrong result: {storage['table']}")
+    checkpoint = storage["checkpoint"]
+    if "saved" in checkpoint and checkpoint.get("restored") != 3000:
+        wrong.append(f"a checkpoint was saved that cannot be restored: {checkpoint}")
+    assert not wrong, "\n".join(wrong)

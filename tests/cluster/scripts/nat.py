@@ -1,12 +1,15 @@
-"""Blobs from a driver that executors reach through NAT (tests/cluster/test_capabilities.py).
+"""A driver that executors reach through NAT, with a storage dir the hosts do not share
+(tests/cluster/test_capabilities.py).
 
 usage: nat.py OUT_DIR
 
 Run with ``spark.driver.host`` set to the address executors reach the driver at (a forwarder on
 another host) and ``spark.driver.bindAddress`` to the driver host's own address, as with bridged
-container networking; blob HA off, so blobs come from the driver's blob server. Runs a plain
-Spark job, then a blob and an ``sc.addFile`` file read on every worker host, and writes
-``phase("result")`` with what worked (an error is reported, not raised).
+container networking; blob HA off, so blobs come from the driver's blob server; and
+``spark.steward.storage.dir`` a ``file://`` dir in /tmp, which every host has privately (a
+local disk mistaken for a shared one). Runs a plain Spark job, a blob and an ``sc.addFile`` file
+read on every worker host, then a cached table counted and a checkpoint saved and restored, and
+writes ``phase("result")`` with what each returned or raised (errors are reported, not raised).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 from pyspark import SparkFiles
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 import xhost
 
@@ -35,6 +39,28 @@ def read_blob(ref: Any) -> Any:
         return {**xhost.here(), "sha256": digest, "file": text}
 
     return run
+
+
+def unshared_storage(spark: Any) -> dict[str, Any]:
+    import spark_steward
+
+    out: dict[str, Any] = {}
+    try:
+        out["url"] = spark_steward.runtime(spark).storage.url
+        table = spark_steward.cache(spark.range(0, 3000, numPartitions=6)
+                                    .withColumn("v", F.col("id") * 2))
+        out["table"] = {"count": table.count(), "sum": table.agg(F.sum("v")).first()[0]}
+    except Exception:
+        out["table"] = {"error": traceback.format_exc()[-2000:]}
+    out["checkpoint"] = {}
+    try:
+        series = spark_steward.checkpoints("unshared")
+        number = series.save(spark.range(0, 3000, numPartitions=6))
+        out["checkpoint"]["saved"] = number
+        out["checkpoint"]["restored"] = series.restore(number).count()
+    except Exception as exc:
+        out["checkpoint"]["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+    return out
 
 
 def main() -> None:
@@ -65,6 +91,7 @@ def main() -> None:
         result["rows"] = sc.parallelize(range(6), 6).map(read_blob(ref)).collect()
     except Exception:
         result["error"] = traceback.format_exc()[-3000:]
+    result["storage"] = unshared_storage(spark)
     xhost.phase("result", **result)
     spark.stop()
 
