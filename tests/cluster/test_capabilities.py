@@ -325,10 +325,11 @@ def edge(cluster: Cluster) -> dict[str, Any]:
     ports = {"spark.driver.port": "40011", "spark.driver.blockManager.port": "40012",
              "spark.steward.blob.server.port": "40013"}
     cluster.run("master", ["ip", "addr", "add", f"{nat}/24", "dev", "eth0"], check=True)
-    forwarder = cluster.popen("master", [sys.executable, str(SCRIPTS / "forward.py"), nat,
-                                         cluster.address("driver"), *ports.values()],
-                              stdout=subprocess.PIPE, text=True)
+    forwarder = None
     try:
+        forwarder = cluster.popen("master", [sys.executable, str(SCRIPTS / "forward.py"), nat,
+                                             cluster.address("driver"), *ports.values()],
+                                  stdout=subprocess.PIPE, text=True)
         assert forwarder.stdout is not None
         assert forwarder.stdout.readline().strip() == "listening"
         flags, _, _ = steward_setup(cluster, "nat", {
@@ -344,8 +345,9 @@ def edge(cluster: Cluster) -> dict[str, Any]:
                             + result["start_error"], pytrace=False)
             assert code == 0, app.tail()
     finally:
-        forwarder.kill()
-        forwarder.wait(10)
+        if forwarder is not None:
+            forwarder.kill()
+            forwarder.wait(10)
         cluster.run("master", ["ip", "addr", "del", f"{nat}/24", "dev", "eth0"], check=True)
     return result
 
