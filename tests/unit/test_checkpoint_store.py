@@ -752,3 +752,19 @@ def test_refresh_follows_another_applications_subsume_mark_and_removal(
     reader.refresh("orders")
     assert [e.number for e in reader.entries("orders")] == [second.number]
     assert first.key not in {e.key for e in reader.entries()}
+
+
+def test_files_the_executors_wrote_must_be_visible_before_a_checkpoint_completes(
+        store: CheckpointStore, fs: FailingFileSystem) -> None:
+    entry = store.begin("orders")
+    write_data(fs, entry, files=2)
+    wrote = {f"{entry.data}/part-{i:05d}": 40 for i in range(2)}
+    store.require_visible(entry, wrote)                       # all there, all whole: no error
+    store.require_visible(entry, {f"{entry.data}/part-00000": 10})   # at least that many bytes
+    # What a host-local storage dir does: files written on other hosts' disks never show here.
+    with pytest.raises(CheckpointError, match=r"orders#1: 2 of 4 file\(s\) the executors wrote "
+                                              r"are not visible.*part-00002.*every host shares"):
+        store.require_visible(entry, {**wrote, f"{entry.data}/part-00002": 1,
+                                      f"{entry.data}/part-00003": 1})
+    with pytest.raises(CheckpointError, match="1 of 1"):
+        store.require_visible(entry, {f"{entry.data}/part-00001": 41})   # shorter than written

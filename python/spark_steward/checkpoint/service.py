@@ -200,6 +200,7 @@ class CheckpointSeries:
             # Through the module: the crash suite intercepts data.write_dataframe.
             data_url = data.hadoop_url(store.storage.url_of(entry.data))
             files = data.write_dataframe(df, data_url)
+            store.require_visible(entry, {f"{entry.data}/{f.name}": f.bytes for f in files})
             _remove_unlisted(store, entry, {f.name for f in files})
             artifact = {
                 "format": ARTIFACT_FORMAT, "series": entry.series, "id": entry.number,

@@ -13,12 +13,12 @@ import logging
 import posixpath
 import threading
 import time
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Iterable, Mapping, Union
 
 from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.cleaner import EntryKey, OrphanKey, RetryingCleaner
-from spark_steward.errors import CheckpointNotFound, StewardError
+from spark_steward.errors import CheckpointError, CheckpointNotFound, StewardError
 from spark_steward.checkpoint import lifecycle as machine
 from spark_steward.checkpoint.merging import lifecycle as merging
 from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
@@ -170,6 +170,21 @@ class CheckpointStore:
             self._entries[entry.key] = entry
             self._note_number(series, number)
             return entry
+
+    def require_visible(self, entry: CheckpointEntry, sizes: Mapping[str, int]) -> None:
+        """Raises CheckpointError unless every file the executors reported (path relative to
+        the storage root: at least that many bytes) is visible here. A storage dir that is a
+        host-local path on each host (``file:///tmp/...``) loses them without an error:
+        executors on other hosts write into their own disks."""
+        seen = {item.path: item.size for item in self.storage.walk_files(entry.data)}
+        missing = sorted(path for path, size in sizes.items() if seen.get(path, -1) < size)
+        if missing:
+            raise CheckpointError(
+                f"checkpoint {entry.series}#{entry.number}: {len(missing)} of {len(sizes)} "
+                f"file(s) the executors wrote are not visible from the driver (first: "
+                f"{self.storage.url_of(missing[0])}); spark.steward.storage.dir "
+                f"({self.storage.url}) must be a location every host shares (a shared mount, "
+                "s3://, hdfs://), not a path on each host's own disk")
 
     def complete(self, entry: CheckpointEntry, artifact: dict[str, Any] | None = None, *,
                  rows: int | None = None, bytes_: int | None = None, files: int | None = None,

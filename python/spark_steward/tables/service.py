@@ -320,6 +320,12 @@ class TableService(RuntimeService):
             manifest = build_manifest(store.storage, data_rel, entry.key, entry.attempt,
                                       record.source.schema.json(),
                                       runtime.conf.get(CLEANUP_THREADS))
+            if not manifest.files:  # Spark writes a file even for an empty result
+                raise CacheError(
+                    f"the Parquet files the executors wrote are not visible from the driver in "
+                    f"{store.storage.url_of(data_rel)}: spark.steward.storage.dir "
+                    f"({store.storage.url}) must be a location every host shares (a shared "
+                    "mount, s3://, hdfs://), not a path on each host's own disk")
         except BaseException:
             store.discard(entry, "its materialization failed")
             raise

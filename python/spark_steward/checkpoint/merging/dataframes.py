@@ -121,6 +121,11 @@ def save_merged(runtime: "DriverRuntime", store: CheckpointStore, series: str, d
         max_file_size = setting(CHECKPOINTS_MERGING_MAX_FILE_SIZE)
         segments = write_merged(df, store.storage, entry.data, max_file_size=max_file_size,
                                 known=known)
+        new: dict[str, int] = {}
+        for seg in segments:
+            if seg.file.startswith(entry.data.rstrip("/") + "/"):
+                new[seg.file] = max(new.get(seg.file, 0), seg.offset + seg.length)
+        store.require_visible(entry, new)
         if known and retained is not None:
             kept = completed[-(retained - 1):] if retained > 1 else []
             segments = rewrite_wasteful(
