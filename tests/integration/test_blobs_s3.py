@@ -44,8 +44,11 @@ def test_put_restore_fetch_and_scope_delete_on_s3(moto_endpoint: str, s3_bucket:
 
 def test_gc_removes_a_dead_applications_blobs_on_s3(moto_endpoint: str, s3_bucket: str) -> None:
     storage = _storage(moto_endpoint, s3_bucket)
-    registry = ApplicationRegistry(storage, heartbeat_timeout=60, clock=lambda: 1e9)
-    registry.write(registry.new_record("dead-1", "old"))  # last heartbeat in 2001: stale
+    # A driver on another host whose last heartbeat was in 2001: stale. (A record naming this
+    # very process, alive here, would be live whatever its heartbeat says.)
+    registry = ApplicationRegistry(storage, heartbeat_timeout=60, clock=lambda: 1e9,
+                                   this_host="far-away")
+    registry.write(registry.new_record("dead-1", "old"))
     registry.write(ApplicationRegistry(storage, heartbeat_timeout=60).new_record("live-1", "now"))
     storage.write_atomic("apps/live-1/blobs/_app/" + "b" * 64, b"y" * 100)
     storage.write_atomic("apps/dead-1/blobs/_app/" + "a" * 64, b"x" * 100)
