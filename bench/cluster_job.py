@@ -1,6 +1,7 @@
 """One fresh application of ``bench/cluster.py``, run by spark-submit on the harness's driver
-host against its standalone master; writes its timings as JSON to OUT. Self-contained: tasks are
-pickled by value (this module is ``__main__``), nothing of bench/ is imported on executors.
+host against its standalone master; writes its timings as JSON to OUT. Tasks are pickled by
+value (this module is ``__main__``; ``bench/blobs.py``'s reads are registered so): nothing of
+bench/ is imported on executors.
 
     cluster_job.py blobs OUT --order steward,addfile,broadcast,floor --files DIR --floor PATH
     cluster_job.py checkpoints OUT --order ... --partitions N --rows R --spark-dir DIR
@@ -28,29 +29,18 @@ import sys
 import time
 from typing import Any, Callable
 
-BUF = 4 << 20
+from pyspark import cloudpickle
+
+import blobs as blobs_bench  # bench/blobs.py (this script's folder is on the driver's path)
+from blobs import copy_all, read_all  # the same reads as the local-cluster benchmark
+
+# Executors cannot import bench/: its functions travel by value, like this script's.
+cloudpickle.register_pickle_by_value(blobs_bench)
+
 TASKS = 8
 
 Row = tuple[str, int, float]
 """What a shipping task returns: its host, the bytes it read, its seconds."""
-
-
-def read_all(path: str) -> int:
-    buf = bytearray(BUF)
-    total = 0
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            total += n
-    return total
-
-
-def copy_all(data: bytes) -> int:
-    buf = bytearray(BUF)
-    view, src = memoryview(buf), memoryview(data)
-    for off in range(0, len(src), BUF):
-        n = min(BUF, len(src) - off)
-        view[:n] = src[off:off + n]
-    return len(src)
 
 
 def timed(fn: Callable[[], int]) -> Row:
