@@ -61,6 +61,8 @@ class CatalogRecord:
     closed: bool = False
     warned_unshareable: bool = False
     warned_unshared: bool = False  # told once that the storage dir is not shared
+    #: A write of it left no file the driver can see: not written again, queries compute.
+    unreachable: bool = False
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
@@ -294,6 +296,8 @@ class TableService(RuntimeService):
 
     def _materialize(self, record: CatalogRecord) -> str | None:
         runtime = self._require_runtime()
+        if record.unreachable:
+            return None
         if not runtime.storage_shared:
             # Executors on other hosts would write the Parquet files into their own temp dirs.
             if not record.warned_unshared:
@@ -321,6 +325,7 @@ class TableService(RuntimeService):
                                       record.source.schema.json(),
                                       runtime.conf.get(CLEANUP_THREADS))
             if not manifest.files:  # Spark writes a file even for an empty result
+                record.unreachable = True
                 raise CacheError(
                     f"the Parquet files the executors wrote are not visible from the driver in "
                     f"{store.storage.url_of(data_rel)}: spark.steward.storage.dir "
