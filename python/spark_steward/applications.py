@@ -150,10 +150,6 @@ class ApplicationRegistry:
         self.here = here or this_place(this_host)
         self.probe = probe
 
-    @property
-    def this_host(self) -> str:
-        return self.here.host
-
     @staticmethod
     def record_path(app_id: str) -> str:
         return f"{RECORDS_DIR}/{validate_app_id(app_id)}.json"

@@ -8,6 +8,7 @@ no Java...) the fixture skips with the one-line reason from :func:`harness.unava
 from __future__ import annotations
 
 import atexit
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -110,7 +111,6 @@ class StewardApp:
 
     def wait_phase(self, name: str, timeout: float = 300) -> dict[str, Any]:
         import json
-        import time
 
         path = self.out / f"{name}.json"
         deadline = time.monotonic() + timeout
@@ -171,3 +171,13 @@ def pids_on(cluster: Cluster, host: str, pattern: str) -> list[int]:
 def sigkill_on(cluster: Cluster, host: str, *pids: int) -> None:
     """SIGKILL of ``pids`` of ``host``'s PID namespace, all in one ``kill``."""
     cluster.run(host, ["kill", "-KILL", *map(str, pids)], check=True)
+
+
+def wait_until(predicate: Any, timeout: float, what: str) -> None:
+    """Polls ``predicate`` until it holds; AssertionError naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not within {timeout}s")
+        time.sleep(0.1)
+

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,8 @@ from spark_steward.applications import ApplicationRegistry
 from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.storage import Storage
-from tests.cluster.conftest import StewardApp, host_files, sigkill_on, steward_setup
+from tests.cluster.conftest import (StewardApp, host_files, sigkill_on, steward_setup,
+                                    wait_until)
 from tests.cluster.harness import Cluster
 
 pytestmark = pytest.mark.cluster
@@ -51,14 +51,6 @@ def _states(status: dict[str, Any]) -> dict[str, str]:
     return {a["app_id"]: a["state"] for a in status["applications"]}
 
 
-def _wait(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {timeout}s")
-        time.sleep(0.2)
-
-
 def _files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()) \
         if folder.exists() else []
@@ -73,7 +65,7 @@ def test_a_killed_drivers_leftovers_are_removed_on_every_host(cluster: Cluster) 
         ready = victim.wait_phase("ready", timeout=300)
         app = ready["app_id"]
         second = storage / "checkpoints" / "merged" / "victim" / f"{2:010d}"
-        _wait(lambda: bool(_files(second)), 120, "a physical file of checkpoint 2")
+        wait_until(lambda: bool(_files(second)), 120, "a physical file of checkpoint 2")
         # SIGKILL of the driver: its Python process and its spark-submit JVM, on its host.
         sigkill_on(cluster, "driver", ready["pid"], ready["jvm"])
         victim.proc.wait(60)
@@ -87,7 +79,7 @@ def test_a_killed_drivers_leftovers_are_removed_on_every_host(cluster: Cluster) 
     registry = ApplicationRegistry(Storage.from_url(url), heartbeat_timeout=5)
     record = registry.read(app)
     assert record is not None and not record.finished and record.host == "sst-driver"
-    _wait(lambda: registry.liveness(record) is Liveness.CRASHED, 30, "crashed by heartbeat")
+    wait_until(lambda: registry.liveness(record) is Liveness.CRASHED, 30, "crashed by heartbeat")
 
     # What the crash left: blobs (HA), a pending and a completed checkpoint, a ready table,
     # and the application's folder on the driver host and on every worker host.
@@ -179,7 +171,7 @@ def hostloss(cluster: Cluster) -> HostLoss:
         app.wait_phase("slow", timeout=300)
         # Every host runs a slow task: then the whole host goes, as in a power cut.
         started = out / "started"
-        _wait(lambda: {name.split("-", 2)[2] for name in
+        wait_until(lambda: {name.split("-", 2)[2] for name in
                        (p.name for p in started.iterdir())} >=
               {cluster.hostname(w) for w in cluster.workers}, 120, "a task on every host")
         cluster.kill_host(lost)

@@ -9,12 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
+from tests.cluster.conftest import wait_until
 from tests.cluster.harness import (Cluster, HarnessError, Link, delay_unavailable, leftovers,
                                    unavailable)
 
@@ -35,14 +35,6 @@ def result_line(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])  # type: ignore[no-any-return]
     raise AssertionError(f"no RESULT line (exit {done.returncode}): {done.stderr[-4000:]}")
-
-
-def wait_until(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {timeout}s")
-        time.sleep(0.1)
 
 
 # -- hosts are separate machines ---------------------------------------------------------------

@@ -23,13 +23,11 @@ import os
 import socket
 import sys
 import time
-import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 import spark_steward
 import spark_steward.local
@@ -71,26 +69,6 @@ def slow_task(started: str) -> Callable[[int], dict[str, Any]]:
     return run
 
 
-def default_storage(spark: Any) -> dict[str, Any]:
-    runtime = spark_steward.runtime(spark)
-    out: dict[str, Any] = {"url": runtime.storage.url}
-    try:
-        table = spark_steward.cache(spark.range(0, 3000, numPartitions=6)
-                                    .withColumn("v", F.col("id") * 2))
-        out["table"] = {"count": table.count(), "sum": table.agg(F.sum("v")).first()[0]}
-    except Exception:
-        out["table"] = {"error": traceback.format_exc()[-2000:]}
-    series = spark_steward.checkpoints("default")
-    out["checkpoint"] = {}
-    try:
-        number = series.save(spark.range(0, 3000, numPartitions=6))
-        out["checkpoint"]["saved"] = number
-        out["checkpoint"]["restored"] = series.restore(number).count()
-    except Exception as exc:
-        out["checkpoint"]["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-    return out
-
-
 def main() -> None:
     out = sys.argv[1]
     xhost.init(out)
@@ -128,7 +106,7 @@ def main() -> None:
         time.sleep(0.5)
     result.update(back=back, rounds=rounds, back_seconds=time.monotonic() - began,
                   builds=Path(builds).read_text().splitlines())
-    result["storage"] = default_storage(spark)
+    result["storage"] = xhost.table_and_checkpoint(spark, "default")
     xhost.phase("result", **result)
     spark.stop()
 

@@ -23,7 +23,6 @@ from typing import Any
 
 from pyspark import SparkFiles
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 import xhost
 
@@ -39,28 +38,6 @@ def read_blob(ref: Any) -> Any:
         return {**xhost.here(), "sha256": digest, "file": text}
 
     return run
-
-
-def unshared_storage(spark: Any) -> dict[str, Any]:
-    import spark_steward
-
-    out: dict[str, Any] = {}
-    try:
-        out["url"] = spark_steward.runtime(spark).storage.url
-        table = spark_steward.cache(spark.range(0, 3000, numPartitions=6)
-                                    .withColumn("v", F.col("id") * 2))
-        out["table"] = {"count": table.count(), "sum": table.agg(F.sum("v")).first()[0]}
-    except Exception:
-        out["table"] = {"error": traceback.format_exc()[-2000:]}
-    out["checkpoint"] = {}
-    try:
-        series = spark_steward.checkpoints("unshared")
-        number = series.save(spark.range(0, 3000, numPartitions=6))
-        out["checkpoint"]["saved"] = number
-        out["checkpoint"]["restored"] = series.restore(number).count()
-    except Exception as exc:
-        out["checkpoint"]["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-    return out
 
 
 def main() -> None:
@@ -91,7 +68,7 @@ def main() -> None:
         result["rows"] = sc.parallelize(range(6), 6).map(read_blob(ref)).collect()
     except Exception:
         result["error"] = traceback.format_exc()[-3000:]
-    result["storage"] = unshared_storage(spark)
+    result["storage"] = xhost.table_and_checkpoint(spark, "unshared")
     xhost.phase("result", **result)
     spark.stop()
 

@@ -1,6 +1,6 @@
 """Shared by the cross-host capability and crash jobs (``capabilities.py``, ``restore.py``,
-``victim.py``, ``successor.py``): the driver's hand-shake with the test, and what a task says
-about where it runs.
+``victim.py``, ``successor.py``, ``hostloss.py``, ``nat.py``): the driver's hand-shake with the
+test, what a task says about where it runs, and the table-and-checkpoint probe of a storage dir.
 
 The driver and the test meet in a folder of the harness's shared dir (OUT_DIR, every job's first
 argument): :func:`phase` writes ``OUT_DIR/<name>.json`` atomically; :func:`pause` does that and
@@ -82,3 +82,30 @@ def here() -> dict[str, Any]:
 def transfers(delta: dict[str, int]) -> int:
     """Blob transfers in a blob cache counter delta (every way bytes reach a host)."""
     return sum(delta.get(k, 0) for k in ("ha", "server", "linked", "streamed"))
+
+
+def table_and_checkpoint(spark: Any, series: str) -> dict[str, Any]:
+    """A cached table counted and summed, and a checkpoint of ``series`` saved and restored,
+    with whatever either raised: what a storage dir the hosts may not share gives back."""
+    import traceback
+
+    import spark_steward
+    from pyspark.sql import functions as F
+
+    out: dict[str, Any] = {}
+    try:
+        out["url"] = spark_steward.runtime(spark).storage.url
+        table = spark_steward.cache(spark.range(0, 3000, numPartitions=6)
+                                    .withColumn("v", F.col("id") * 2))
+        out["table"] = {"count": table.count(), "sum": table.agg(F.sum("v")).first()[0]}
+    except Exception:
+        out["table"] = {"error": traceback.format_exc()[-2000:]}
+    out["checkpoint"] = {}
+    try:
+        checkpoints = spark_steward.checkpoints(series)
+        number = checkpoints.save(spark.range(0, 3000, numPartitions=6))
+        out["checkpoint"]["saved"] = number
+        out["checkpoint"]["restored"] = checkpoints.restore(number).count()
+    except Exception as exc:
+        out["checkpoint"]["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+    return out
