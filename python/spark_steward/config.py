@@ -215,7 +215,21 @@ BLOB_SERVER_PORT = _key(
     minimum=0)
 BLOB_SERVER_MAX_CONNECTIONS = _key(
     "spark.steward.blob.server.max-connections", INT, "256",
-    "Most concurrent blob server connections; more are refused with an error reply.", minimum=1)
+    "Most concurrent authenticated blob server connections; more are refused with an error "
+    "reply.", minimum=1)
+BLOB_SERVER_MAX_UNAUTHENTICATED = _key(
+    "spark.steward.blob.server.max-unauthenticated", INT, "64",
+    "Most connections still in the handshake, counted apart from `max-connections`; when full, "
+    "the oldest is dropped to admit a new one, so idle sockets cannot lock executors out.",
+    minimum=1)
+BLOB_SERVER_MAX_UNAUTHENTICATED_PER_PEER = _key(
+    "spark.steward.blob.server.max-unauthenticated-per-peer", INT, "8",
+    "Most connections one peer address may hold in the handshake; its oldest is dropped "
+    "beyond that.", minimum=1)
+BLOB_SERVER_HANDSHAKE_TIMEOUT = _key(
+    "spark.steward.blob.server.handshake-timeout", DURATION, "5s",
+    "Time a new connection has to prove the application's secret, apart from the transfer "
+    "timeout (`network-timeout`).", minimum=0.05)
 BLOB_SERVER_MAX_FRAME = _key(
     "spark.steward.blob.server.max-frame", SIZE, "64k",
     "Largest request frame the blob server reads; a larger declared length gets an error reply "

@@ -25,6 +25,13 @@ from spark_steward.lifecycle.staged_cleanup import StagedCleanup
 APPLICATION_SCOPE = "_app"
 #: How many ended stage ids are remembered to ignore late binds.
 ENDED_STAGES_KEPT = 10_000
+#: Most stages bound before any job named them (a bind that outran its job-start event: a few
+#: at a time in a real application). Beyond that the oldest is forgotten with its references,
+#: so reports naming made-up stages pin neither blobs nor memory.
+PENDING_STAGES_KEPT = 1024
+#: Most task attempts holding receipts whose end was not seen yet; beyond that the oldest
+#: receipt is forgotten (its transient blob then waits for its job's end or its scope).
+RECEIVING_TASKS_KEPT = 65_536
 
 Blob = tuple[str, str]
 
@@ -100,6 +107,7 @@ class BlobLedger:
         self._running: dict[str, int] = {}
         self._jobs: dict[int, _Job] = {}
         self._stages: dict[int, _Stage] = {}
+        self._pending_stages: OrderedDict[int, None] = OrderedDict()  # no job named them yet
         self._tasks: dict[int, set[Blob]] = {}
         # Stages whose jobs all ended, bounded: a straggler's late bind must not pin a blob.
         self._ended_stages: OrderedDict[int, None] = OrderedDict()
@@ -186,6 +194,10 @@ class BlobLedger:
         stage = self._stages.setdefault(stage_id, _Stage())
         if blob in stage.blobs:
             return True
+        if not stage.jobs and stage_id not in self._pending_stages:
+            self._pending_stages[stage_id] = None
+            if len(self._pending_stages) > PENDING_STAGES_KEPT:
+                self._forget_pending(next(iter(self._pending_stages)))
         stage.blobs.add(blob)
         state.stages.add(stage_id)
         for job_id in stage.jobs:
@@ -216,7 +228,21 @@ class BlobLedger:
             return False
         state.tasks.add(task_id)
         self._tasks.setdefault(task_id, set()).add(blob)
+        if len(self._tasks) > RECEIVING_TASKS_KEPT:
+            oldest = next(iter(self._tasks))
+            for received in self._tasks.pop(oldest):
+                self._blobs[received].tasks.discard(oldest)
         return True
+
+    def _forget_pending(self, stage_id: int) -> None:
+        """Drops a stage no job has named, with the references it held."""
+        del self._pending_stages[stage_id]
+        stage = self._stages.pop(stage_id)
+        for blob in stage.blobs:
+            state = self._blobs[blob]
+            state.stages.discard(stage_id)
+            if not state.transient and self._refs.release(blob):
+                self._cleanup.stage(blob)
 
     def forget(self, scope: str, key: str) -> None:
         """Drops the blob from every map (the caller deleted it); idempotent."""
@@ -239,6 +265,7 @@ class BlobLedger:
             stage.blobs.discard(blob)
             if not stage.blobs and not stage.jobs:
                 del self._stages[stage_id]
+                self._pending_stages.pop(stage_id, None)
         self._drop_receipts(blob, state)
 
     def job_started(self, job_id: int, scope: str, stage_ids: Iterable[int]) -> None:
@@ -249,6 +276,7 @@ class BlobLedger:
         self._running[scope] = self._running.get(scope, 0) + 1
         for stage_id in job.stages:
             self._ended_stages.pop(stage_id, None)
+            self._pending_stages.pop(stage_id, None)
             stage = self._stages.setdefault(stage_id, _Stage())
             pending = not stage.jobs
             stage.jobs.add(job_id)

@@ -4,11 +4,19 @@ Executors fetch blobs from here when neither their host-local store nor the HA s
 Unlike Flink's BlobServer every connection first proves knowledge of the application's secret
 (see :mod:`spark_steward.blob.protocol`), keys and scopes are validated before anything touches
 a path, and clients get an error *code* and a one-line message, never a traceback or a
-serialized exception. One bad client costs one thread and at most ``timeout`` seconds; the
-server keeps serving everyone else.
+serialized exception.
 
-Error codes in replies: ``auth``, ``busy``, ``bad_request``, ``not_found``, ``failed`` (a
-StewardError from the callbacks), ``internal`` (a bug; the traceback stays in the driver log).
+Admission is split so that nobody without the secret can lock executors out: a new connection
+has ``handshake_timeout`` (seconds, not the transfer timeout) to authenticate, connections still
+in the handshake are bounded apart from authenticated ones, globally and per peer address, and
+when either bound is reached the *oldest* unauthenticated connection is dropped to admit the new
+one. An attacker's idle sockets therefore only ever push out each other (or, at worst, a good
+client's handshake of a millisecond, which its retry repeats). A thread that cannot be started
+refuses that one connection; the acceptor keeps serving.
+
+Error codes in replies: ``auth``, ``busy`` (after the handshake, when ``max_connections``
+authenticated connections are open), ``bad_request``, ``not_found``, ``failed`` (a StewardError
+from the callbacks), ``internal`` (a bug; the traceback stays in the driver log).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import logging
 import socket
 import threading
 import time
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, fields
 from typing import Any, BinaryIO, Callable
 
@@ -31,13 +40,17 @@ log = logging.getLogger(__name__)
 _JOIN_SECONDS = 5.0      # close() waits at most this long for all threads together
 _LINGER_SECONDS = 0.2    # after an error reply, let the client read it before the close
 _AUTH_FRAME = 1024       # the auth answer is ~80 bytes: an unauthenticated peer gets no more
+_LOG_EVERY = 10.0        # seconds between two warnings of one kind; the rest are counted
+_START_RETRY = 0.05      # pause after a thread failed to start: the cause (pids, memory) lasts
 
 
 @dataclass(frozen=True)
 class LocatedBlob:
-    """Where ``locate`` found a blob, with the size and crc32c the client will verify."""
+    """A blob ``locate`` found and verified: its open regular file (the server sends these
+    very bytes and closes it, so nothing can be swapped in between) and the size and crc32c
+    the client checks the transfer with."""
 
-    path: str
+    file: BinaryIO
     size: int
     crc32c: int
 
@@ -48,7 +61,10 @@ class BlobServerStats:
 
     connections_accepted: int = 0
     connections_refused: int = 0
+    connections_dropped: int = 0    # unauthenticated, pushed out by newer ones
     connections_open: int = 0
+    connections_unauthenticated: int = 0
+    thread_start_failures: int = 0
     auth_failures: int = 0
     bad_requests: int = 0
     bytes_served: int = 0
@@ -65,7 +81,9 @@ class _Connection:
     def __init__(self, sock: socket.socket, peer: str, timeout: float) -> None:
         self.sock = sock
         self.peer = peer
+        self.address = peer.rsplit(":", 1)[0]  # per-peer bounds count hosts, not ports
         self.timeout = timeout
+        self.dropped = False  # pushed out of the handshake by newer connections
         self._deadline = 0.0
         self._recv_exactly = exact_reader(self._recv_into)
 
@@ -76,9 +94,10 @@ class _Connection:
         self.sock.settimeout(remaining)
         return self.sock.recv_into(view)
 
-    def read(self, max_bytes: int) -> dict[str, Any]:
-        """The next frame; idle wait plus the whole frame must fit in ``timeout``."""
-        self._deadline = time.monotonic() + self.timeout
+    def read(self, max_bytes: int, within: float | None = None) -> dict[str, Any]:
+        """The next frame; idle wait plus the whole frame must fit in ``within`` seconds
+        (default ``timeout``)."""
+        self._deadline = time.monotonic() + (self.timeout if within is None else within)
         return read_frame(self._recv_exactly, max_bytes)
 
     def send(self, reply: dict[str, Any], file: BinaryIO | None = None, count: int = 0) -> int:
@@ -117,6 +136,27 @@ def _quietly(step: Callable[..., object], *args: Any) -> None:
         pass
 
 
+class _Throttle:
+    """At most one warning of a kind per ``_LOG_EVERY`` seconds, with a count of the ones left
+    out: a storm of bad connections must not become a storm in the driver's log."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._held: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def warn(self, kind: str, message: str, *args: Any, level: int = logging.WARNING) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(kind, -_LOG_EVERY) < _LOG_EVERY:
+                self._held[kind] += 1
+                return
+            self._last[kind] = now
+            held = self._held.pop(kind, 0)
+        suffix = f" ({held} more like it since the last report)" if held else ""
+        log.log(level, message + suffix, *args)
+
+
 class BlobServer:
     """Serves blobs found by ``locate`` and hands every other op to ``on_message``.
 
@@ -129,7 +169,9 @@ class BlobServer:
                  locate: Callable[[BlobKey, str], LocatedBlob],
                  on_message: Callable[[str, dict[str, Any]], dict[str, Any]],
                  max_connections: int = 64, max_frame: int = 65536,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, handshake_timeout: float = 5.0,
+                 max_unauthenticated: int = 64, max_unauthenticated_per_peer: int = 8
+                 ) -> None:
         if not secret:
             raise ValueError("the blob server needs a non-empty secret")
         if host in ("", "0.0.0.0", "::"):
@@ -138,10 +180,17 @@ class BlobServer:
         self._host, self._port, self._secret = host, port, secret
         self._locate, self._on_message = locate, on_message
         self._max_connections, self._max_frame = max_connections, max_frame
-        self._timeout = timeout
+        self._timeout, self._handshake_timeout = timeout, handshake_timeout
+        self._max_pending, self._max_pending_per_peer = (max_unauthenticated,
+                                                         max_unauthenticated_per_peer)
         self._lock = threading.Lock()
         self._counts = {f.name: 0 for f in fields(BlobServerStats)}
         self._live: dict[socket.socket, threading.Thread] = {}
+        # In the handshake, oldest first; and how many of them each peer address holds.
+        self._pending: OrderedDict[socket.socket, _Connection] = OrderedDict()
+        self._pending_per_peer: Counter[str] = Counter()
+        self._authenticated = 0
+        self._throttle = _Throttle()
         self._listener: socket.socket | None = None
         self._acceptor: threading.Thread | None = None
         self._closed = False
@@ -155,7 +204,7 @@ class BlobServer:
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((self._host, self._port))
-            listener.listen(min(self._max_connections * 2, socket.SOMAXCONN))
+            listener.listen(socket.SOMAXCONN)
             listener.settimeout(1.0)  # shutdown() wakes accept() on Linux only
         except OSError:
             listener.close()
@@ -169,7 +218,8 @@ class BlobServer:
         return str(address[0]), int(address[1])
 
     def close(self) -> None:
-        """Stops accepting, cuts every live connection and waits (bounded) for the threads."""
+        """Stops accepting, cuts every live connection and waits (bounded) for the threads.
+        Never raises: the application's cleanup runs after it."""
         with self._lock:
             if self._closed:
                 return
@@ -177,24 +227,27 @@ class BlobServer:
             listener, live = self._listener, dict(self._live)
         if listener is not None:
             _quietly(listener.shutdown, socket.SHUT_RDWR)
-            listener.close()
+            _quietly(listener.close)
         # shutdown, not close: the owning thread may sit in recv on this fd; shutdown wakes it
         # and it closes its own socket, so no fd is closed under a thread still using it.
         for sock in live:
             _quietly(sock.shutdown, socket.SHUT_RDWR)
         deadline = time.monotonic() + _JOIN_SECONDS
         for thread in [self._acceptor, *live.values()]:
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
-                if thread.is_alive():
-                    log.warning("blob server thread %s still runs %.0fs after close()",
-                                thread.name, _JOIN_SECONDS)
+            # Only started threads are registered, but a join must never be what fails here.
+            if thread is None or thread is threading.current_thread() or thread.ident is None:
+                continue
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.warning("blob server thread %s still runs %.0fs after close()",
+                            thread.name, _JOIN_SECONDS)
         log.info("blob server closed")
 
     @property
     def stats(self) -> BlobServerStats:
         with self._lock:
-            return BlobServerStats(**{**self._counts, "connections_open": len(self._live)})
+            return BlobServerStats(**{**self._counts, "connections_open": len(self._live),
+                                      "connections_unauthenticated": len(self._pending)})
 
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -209,39 +262,97 @@ class BlobServer:
                     return
                 if isinstance(e, TimeoutError):
                     continue
-                log.warning("blob server accept failed; retrying", exc_info=True)
-                time.sleep(0.05)
+                self._throttle.warn("accept", "blob server accept failed (%s); retrying", e)
+                time.sleep(0.05)  # EMFILE and friends last a while: do not spin
                 continue
-            peer = f"{addr[0]}:{addr[1]}"
-            _quietly(sock.setsockopt, socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            thread = threading.Thread(target=self._serve, args=(_Connection(
-                sock, peer, self._timeout),), name="steward-blob-conn", daemon=True)
-            with self._lock:  # started under the lock: close() never sees an unstarted thread
-                closed = self._closed
-                admitted = not closed and len(self._live) < self._max_connections
-                if admitted:
-                    self._live[sock] = thread
-                    self._counts["connections_accepted"] += 1
-                    thread.start()
-                elif not closed:
-                    self._counts["connections_refused"] += 1
-            if closed:
-                sock.close()
-            elif not admitted:
-                self._refuse(sock, peer)
+            try:
+                self._admit(sock, f"{addr[0]}:{addr[1]}")
+            except Exception:  # a bug: this connection is lost, the acceptor must not be
+                log.exception("blob server could not admit a connection from %s", addr[0])
+                _quietly(sock.close)
 
-    def _refuse(self, sock: socket.socket, peer: str) -> None:
-        log.warning("blob server refused a connection from %s: %d connections open",
-                    peer, self._max_connections)
-        frame = encode_frame(_error("busy", f"the blob server has {self._max_connections} "
-                                    "connections open; retry later"))
-        sock.settimeout(1.0)  # a fresh socket's send buffer is empty: this cannot stall
-        _quietly(sock.sendall, frame)
-        sock.close()
+    def _admit(self, sock: socket.socket, peer: str) -> None:
+        """Registers ``sock`` as unauthenticated (pushing out the oldest such connection of
+        its peer, or of all, when a bound is reached) and starts its thread."""
+        _quietly(sock.setsockopt, socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _Connection(sock, peer, self._timeout)
+        thread = threading.Thread(target=self._serve, args=(conn,), name="steward-blob-conn",
+                                  daemon=True)
+        dropped: list[_Connection] = []
+        with self._lock:  # started under the lock: close() never sees an unstarted thread
+            if self._closed:
+                _quietly(sock.close)
+                return
+            if self._pending_per_peer[conn.address] >= self._max_pending_per_peer:
+                dropped.append(self._drop_pending(
+                    next(c for c in self._pending.values() if c.address == conn.address)))
+            if len(self._pending) >= self._max_pending:
+                dropped.append(self._drop_pending(next(iter(self._pending.values()))))
+            self._pending[sock] = conn
+            self._pending_per_peer[conn.address] += 1
+            self._live[sock] = thread
+            try:
+                thread.start()
+                self._counts["connections_accepted"] += 1
+                started = True
+            except RuntimeError as e:  # can't start new thread: pids limit, memory
+                self._unregister(conn)
+                self._counts["thread_start_failures"] += 1
+                self._counts["connections_refused"] += 1
+                started, failure = False, e
+        for old in dropped:  # outside the lock; their threads end and unregister themselves
+            _quietly(old.sock.shutdown, socket.SHUT_RDWR)
+        if dropped:
+            self._throttle.warn("dropped", "blob server dropped %d connection(s) still in the "
+                                "handshake to admit %s (max-unauthenticated %d, per peer %d)",
+                                len(dropped), peer, self._max_pending,
+                                self._max_pending_per_peer)
+        if not started:
+            self._throttle.warn("thread", "blob server refused a connection from %s: no thread "
+                                "could be started for it (%s); still serving the others", peer,
+                                failure, level=logging.ERROR)
+            _quietly(sock.close)
+            time.sleep(_START_RETRY)
+
+    def _drop_pending(self, conn: _Connection) -> _Connection:
+        """Marks an unauthenticated connection dropped; the caller holds the lock."""
+        conn.dropped = True
+        self._pending.pop(conn.sock, None)
+        self._pending_per_peer[conn.address] -= 1
+        if not self._pending_per_peer[conn.address]:
+            del self._pending_per_peer[conn.address]
+        self._counts["connections_dropped"] += 1
+        return conn
+
+    def _unregister(self, conn: _Connection) -> None:
+        """Forgets ``conn`` wherever it is counted; the caller holds the lock."""
+        if conn.sock in self._pending:
+            self._pending.pop(conn.sock)
+            self._pending_per_peer[conn.address] -= 1
+            if not self._pending_per_peer[conn.address]:
+                del self._pending_per_peer[conn.address]
+        self._live.pop(conn.sock, None)
+
+    def _authenticated_slot(self, conn: _Connection) -> bool:
+        """Moves ``conn`` from the handshake to the authenticated connections, if one is free."""
+        with self._lock:
+            if conn.dropped or conn.sock not in self._pending:
+                return False
+            self._pending.pop(conn.sock)
+            self._pending_per_peer[conn.address] -= 1
+            if not self._pending_per_peer[conn.address]:
+                del self._pending_per_peer[conn.address]
+            if self._authenticated >= self._max_connections:
+                self._counts["connections_refused"] += 1
+                return False
+            self._authenticated += 1
+            return True
 
     def _serve(self, conn: _Connection) -> None:
+        authenticated = False
         try:
             if self._handshake(conn):
+                authenticated = True
                 while not self._closed and self._serve_one(conn):
                     pass
         except _ConnectionLost as e:
@@ -250,25 +361,42 @@ class BlobServer:
             log.exception("blob connection from %s failed unexpectedly", conn.peer)
         finally:
             with self._lock:
-                self._live.pop(conn.sock, None)
-            conn.sock.close()
+                self._unregister(conn)
+                if authenticated:
+                    self._authenticated -= 1
+            _quietly(conn.sock.close)
 
     def _handshake(self, conn: _Connection) -> bool:
+        """Challenge, proof, then a free authenticated slot; all within the handshake
+        deadline."""
         nonce = new_nonce()
         conn.send({"protocol": PROTOCOL_VERSION, "nonce": nonce})
         try:
-            proof, problem = conn.read(_AUTH_FRAME).get("auth"), "wrong proof"
+            proof, problem = (conn.read(_AUTH_FRAME, self._handshake_timeout).get("auth"),
+                              "wrong proof")
         except (OSError, BlobProtocolError) as e:  # silence, garbage, timeout, hang-up
             proof, problem = None, str(e)
-        if proof_matches(self._secret, nonce, proof):
-            conn.send({"ok": True})
-            return True
-        self._count("auth_failures")
-        log.warning("blob connection from %s failed authentication: %s", conn.peer, problem)
-        conn.send(_error("auth", "authentication failed: the client does not hold this "
-                         "application's secret"))
-        conn.linger_close()
-        return False
+        if conn.dropped:
+            log.debug("blob connection from %s dropped in the handshake", conn.peer)
+            return False
+        if not proof_matches(self._secret, nonce, proof):
+            self._count("auth_failures")
+            self._throttle.warn("auth", "blob connection from %s failed authentication: %s",
+                                conn.peer, problem)
+            conn.send(_error("auth", "authentication failed: the client does not hold this "
+                             "application's secret"))
+            conn.linger_close()
+            return False
+        if not self._authenticated_slot(conn):
+            if not conn.dropped:
+                self._throttle.warn("busy", "blob server refused %s: %d authenticated "
+                                    "connections open", conn.peer, self._max_connections)
+                conn.send(_error("busy", f"the blob server has {self._max_connections} "
+                                 "connections open; retry later"))
+                conn.linger_close()
+            return False
+        conn.send({"ok": True})
+        return True
 
     def _serve_one(self, conn: _Connection) -> bool:
         """Answers one request; False when the connection must end."""
@@ -323,20 +451,14 @@ class BlobServer:
         key = BlobKey.parse(request.get("key"))
         scope = validate_scope_id(request.get("scope"))
         blob = self._locate(key, scope)
-        try:
-            file = open(blob.path, "rb")  # before the header: a vanished file is not_found
-        except FileNotFoundError:
-            raise BlobNotFound(f"blob {key} of scope {scope} was deleted before it could be "
-                               "served; put it again") from None
-        with file:
-            sent = conn.send({"ok": True, "size": blob.size, "crc32c": blob.crc32c}, file,
+        with blob.file:
+            sent = conn.send({"ok": True, "size": blob.size, "crc32c": blob.crc32c}, blob.file,
                              blob.size)
         if sent < blob.size:
             # The header promised more than the file holds; the only honest signal left is
             # to end the stream, which the client reports as a truncated blob.
-            log.warning("blob %s of scope %s: %s holds %d bytes, %d were announced; closing "
-                        "the connection from %s", key, scope, blob.path, sent, blob.size,
-                        conn.peer)
+            log.warning("blob %s of scope %s holds %d bytes, %d were announced; closing the "
+                        "connection from %s", key, scope, sent, blob.size, conn.peer)
             return False
         self._count("blobs_served")
         self._count("bytes_served", sent)

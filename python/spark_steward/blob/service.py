@@ -22,8 +22,10 @@ from spark_steward.blob.keys import APPLICATION_SCOPE, validate_scope_name
 from spark_steward.blob.server import BlobServer
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
 from spark_steward.config import (BLOB_HA, BLOB_NETWORK_TIMEOUT, BLOB_RETENTION_INTERVAL,
-                                  BLOB_SERVER_MAX_CONNECTIONS, BLOB_SERVER_MAX_FRAME,
-                                  BLOB_SERVER_PORT, BLOB_TRANSPARENT, STORAGE_DIR)
+                                  BLOB_SERVER_HANDSHAKE_TIMEOUT, BLOB_SERVER_MAX_CONNECTIONS,
+                                  BLOB_SERVER_MAX_FRAME, BLOB_SERVER_MAX_UNAUTHENTICATED,
+                                  BLOB_SERVER_MAX_UNAUTHENTICATED_PER_PEER, BLOB_SERVER_PORT,
+                                  BLOB_TRANSPARENT, STORAGE_DIR)
 from spark_steward.errors import ScopeError, StewardError
 from spark_steward.kernel.events import JobEnd, JobStart, SparkEvent, TaskEnd
 from spark_steward.kernel.runtime import RuntimeService
@@ -95,14 +97,18 @@ class BlobService(RuntimeService):
         ha = None
         if conf.is_set(STORAGE_DIR) and conf.get(BLOB_HA):
             ha = HaBlobStore(runtime.storage, runtime.app_id)
-        self.depot = depot = BlobDepot(LocalBlobStore(self.local_app_dir / "blobs"), ha)
+        self.depot = depot = BlobDepot(LocalBlobStore(self.local_app_dir / "blobs"), ha,
+                                       io_timeout=conf.get(BLOB_NETWORK_TIMEOUT))
         # Listens on the bind address, executors dial the advertised spark.driver.host.
         self.server = BlobServer(
             host=runtime.bind_host, port=conf.get(BLOB_SERVER_PORT),
             secret=runtime.context.auth_token, locate=depot.locate,
             on_message=depot.handle_message,
             max_connections=conf.get(BLOB_SERVER_MAX_CONNECTIONS),
-            max_frame=conf.get(BLOB_SERVER_MAX_FRAME), timeout=conf.get(BLOB_NETWORK_TIMEOUT))
+            max_frame=conf.get(BLOB_SERVER_MAX_FRAME), timeout=conf.get(BLOB_NETWORK_TIMEOUT),
+            handshake_timeout=conf.get(BLOB_SERVER_HANDSHAKE_TIMEOUT),
+            max_unauthenticated=conf.get(BLOB_SERVER_MAX_UNAUTHENTICATED),
+            max_unauthenticated_per_peer=conf.get(BLOB_SERVER_MAX_UNAUTHENTICATED_PER_PEER))
         _, port = self.server.start()
         runtime.context = replace(runtime.context, server_port=port)
         runtime.dispatcher.subscribe(self._on_event, "blobs")
@@ -164,12 +170,14 @@ class BlobService(RuntimeService):
 
     def stop(self, runtime: "DriverRuntime") -> None:
         self._stop.set()
-        if self._ticker is not None:
-            self._ticker.join(10)
-        if self.server is not None:
-            self.server.close()
-        if self.depot is not None:
-            self.depot.end_application()
+        try:
+            if self._ticker is not None:
+                self._ticker.join(10)
+            if self.server is not None:
+                self.server.close()
+        finally:  # whatever stopping the server did, the application's blobs go
+            if self.depot is not None:
+                self.depot.end_application()
         # The folder itself goes with the application's working dir (LocalService).
 
     # -- scopes ------------------------------------------------------------------------------
