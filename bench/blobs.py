@@ -315,7 +315,7 @@ def main() -> int:
         def fetch() -> None:
             with BlobClient(ctx.driver_host, port, ctx.auth_token) as client, \
                     open(dest, "wb") as out:
-                got, _ = client.fetch(last_ref.key, last_ref.scope, out)
+                got = client.fetch(last_ref.key, last_ref.scope, out).size
             assert got == size
             dest.unlink()
 

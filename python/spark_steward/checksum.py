@@ -32,33 +32,35 @@ def crc32c_stream(stream: BinaryIO, chunk: int = CHUNK) -> tuple[int, int]:
 
 
 def crc_of_file(path: str | os.PathLike[str]) -> tuple[int, int]:
-    """``(crc32c, size)`` of a file.
+    """``(crc32c, size)`` of a file (see :func:`crc_of_fd`)."""
+    with open(path, "rb", buffering=0) as src:
+        return crc_of_fd(src.fileno())
+
+
+def crc_of_fd(fd: int) -> tuple[int, int]:
+    """``(crc32c, size)`` of the open file ``fd``, from its start; the offset is unchanged.
 
     A read-only mapping lets crc32c run over the page cache without copying it (about the raw
     crc32c speed; a read loop costs a quarter more). Files checked here (blobs, working-dir
     files) are only ever replaced by rename, never truncated in place, so the mapping cannot
     lose its pages under us.
     """
-    with open(path, "rb", buffering=0) as src:
-        size = os.fstat(src.fileno()).st_size
-        if size == 0:
-            return 0, 0
-        try:
-            with mmap.mmap(src.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return _crc32c.crc32c(mapped), len(mapped)
-        except (OSError, ValueError):
-            pass  # not mappable (a special file): stream it
-        crc = 0
-        size = 0
-        buf = bytearray(FILE_CHUNK)
-        view = memoryview(buf)
-        while True:
-            n = src.readinto(buf)  # type: ignore[attr-defined]
-            if not n:
-                break
-            crc = _crc32c.crc32c(view[:n], crc)
-            size += n
-        return crc, size
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return 0, 0
+    try:
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+            return _crc32c.crc32c(mapped), len(mapped)
+    except (OSError, ValueError):
+        pass  # not mappable (a special file): stream it
+    crc = 0
+    size = 0
+    buf = bytearray(FILE_CHUNK)
+    view = memoryview(buf)
+    while n := os.preadv(fd, [buf], size):
+        crc = _crc32c.crc32c(view[:n], crc)
+        size += n
+    return crc, size
 
 
 def format_crc(value: int) -> str:

@@ -41,7 +41,7 @@ def test_worker_killed_mid_download_never_serves_a_partial_file(spark: Any,
             fetch = blobs.cache.sources.fetch_from_server
             assert fetch is not None
 
-            def fetch_then_die(r: Any, out: BinaryIO) -> tuple[int, int]:
+            def fetch_then_die(r: Any, out: BinaryIO) -> Any:
                 class DyingFile:
                     written = 0
 

@@ -136,7 +136,8 @@ def test_corrupted_driver_copy_is_restored_from_ha(runtime: Any, blobs: Any) -> 
     local = _driver_file(runtime, ref)
     local.write_bytes(b"x" * len(data))
     located = blobs.depot.locate(ref.key, ref.scope)
-    assert Path(located.path).read_bytes() == data
+    with located.file as file:
+        assert file.read() == data
 
 
 def test_transient_blob_is_deleted_after_its_receivers_succeed(spark: Any, runtime: Any,

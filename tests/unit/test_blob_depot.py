@@ -11,6 +11,7 @@ import pytest
 
 from spark_steward.blob.depot import BlobDepot
 from spark_steward.blob.keys import BlobKind
+from spark_steward.blob.server import LocatedBlob
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
 from spark_steward.errors import BlobNotFound, BlobProtocolError, ScopeError, StorageError
 from spark_steward.storage import Storage
@@ -41,6 +42,11 @@ def depot(tmp_path: Path, ha_storage: FlakyStorage) -> BlobDepot:
     return BlobDepot(LocalBlobStore(tmp_path / "local"), HaBlobStore(ha_storage, "app-1"))
 
 
+def read_located(located: LocatedBlob) -> bytes:
+    with located.file as file:
+        return file.read()
+
+
 def ha_path(ha_storage: Storage, scope: str, key: Any) -> str:
     return f"apps/app-1/blobs/{scope}/{key}"
 
@@ -64,7 +70,7 @@ def test_missing_local_copy_is_restored_from_ha(depot: BlobDepot) -> None:
     ref = depot.put_bytes(DATA)
     depot.local.path(ref.scope, ref.key).unlink()
     located = depot.locate(ref.key, ref.scope)
-    assert Path(located.path).read_bytes() == DATA and located.crc32c == ref.crc32c
+    assert read_located(located) == DATA and located.crc32c == ref.crc32c
 
 
 def test_blob_gone_everywhere_is_a_clear_not_found(depot: BlobDepot,
@@ -153,7 +159,7 @@ def test_retried_scope_sweep_spares_a_blob_put_since(depot: BlobDepot,
     depot.register_file("new.txt", new, "file")  # referenced for good
     depot.tick()  # the retry becomes a delete of _app's untracked files
     depot.tick()
-    assert Path(depot.locate(new.key, new.scope).path).read_bytes() == b"new" * 100
+    assert read_located(depot.locate(new.key, new.scope)) == b"new" * 100
     assert ha_storage.exists(f"apps/app-1/blobs/_app/{new.key}")
     assert not depot.local.path(old.scope, old.key).exists()
     assert not ha_storage.exists(f"apps/app-1/blobs/_app/{old.key}")
@@ -169,7 +175,7 @@ def test_retried_delete_spares_the_same_content_put_again(depot: BlobDepot,
     assert depot.pending_deletions() == 1
     again = depot.put_bytes(DATA)
     depot.tick()
-    assert Path(depot.locate(again.key, again.scope).path).read_bytes() == DATA
+    assert read_located(depot.locate(again.key, again.scope)) == DATA
 
 
 def test_deletions_wait_while_a_put_writes_into_the_scope(depot: BlobDepot) -> None:

@@ -54,7 +54,7 @@ def test_install_rejects_wrong_bytes_and_leaves_nothing(tmp_path: Path) -> None:
         tmp.write_bytes(DATA[:-1] + b"x")
 
     with pytest.raises(ChecksumMismatch, match=ref.key.digest):
-        store.install("_app", ref.key, ref.crc32c, ref.size, wrong)
+        store.install("_app", ref.key, ref.size, wrong)
     assert list((tmp_path / "_app").iterdir()) == []
 
 
@@ -78,7 +78,8 @@ def test_ha_store_layout_is_the_same_relative_path(memory_storage: Storage,
     ha.put("job.1", digest.key, local.path("job.1", digest.key))
     assert memory_storage.exists(f"apps/app-1/blobs/job.1/{digest.key}")
     dest = tmp_path / "restored"
-    assert ha.download("job.1", digest.key, dest) == (digest.crc32c, digest.size)
+    assert ha.download("job.1", digest.key, dest) == (digest.crc32c, digest.size,
+                                                      digest.key.digest)
     assert dest.read_bytes() == DATA
 
 

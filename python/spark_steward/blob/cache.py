@@ -4,7 +4,9 @@ application on that host and coordinated with file locks.
 
 A read is served from the host-local copy after a crc32c check at its first use in a process;
 the manifest record of a copy cached by a killed executor lets its replacement adopt it without
-any transfer.
+any transfer. Bytes from the HA store or the network are checked against the blob's key (its
+SHA-256) before they take the blob's name: whoever can write the storage, or sits on the
+network, could otherwise substitute what tasks run.
 On a miss the blob comes, in order, from the driver's own copy when the driver runs on this
 host (a hard link: no bytes move), from the HA store, and from the driver's blob server. Every
 transfer lands in a temp file and is renamed into place only when complete and verified, so a
@@ -37,13 +39,14 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from spark_steward.blob.keys import BlobKey, BlobRef, blob_relpath
-from spark_steward.blob.stores import (HaBlobStore, LocalBlobStore, discard, file_identity,
-                                       temp_name)
+from spark_steward.blob.stores import (HaBlobStore, LocalBlobStore, Received, check_key,
+                                       discard, file_identity, temp_name)
 from spark_steward.checksum import crc_of_file
 from spark_steward.errors import BlobNotFound, ChecksumMismatch, LocalSpaceFull, StewardError
 from spark_steward.lifecycle.refcount import RefCounts
 from spark_steward.lifecycle.staged_cleanup import StagedCleanup
 from spark_steward.local.fs import FileLock
+from spark_steward.private import make_dirs, open_new
 from spark_steward.local.working_dir import WorkingDir
 
 log = logging.getLogger(__name__)
@@ -57,8 +60,8 @@ class BlobSources:
 
     driver_store: LocalBlobStore | None = None
     ha: HaBlobStore | None = None
-    fetch_from_server: Callable[[BlobRef, BinaryIO], tuple[int, int]] | None = None
-    """Streams the blob into the file and returns the ``(crc32c, size)`` it computed."""
+    fetch_from_server: Callable[[BlobRef, BinaryIO], Received | None] | None = None
+    """Streams the blob into the file and returns what it computed over the bytes."""
     attempts: int = 3
 
 
@@ -127,8 +130,7 @@ class BlobCache:
             except LocalSpaceFull as full:
                 log.warning("streaming blob %s for task %d outside the cache: %s", ref.key,
                             task_id, full)
-        stream_dir = self.work.root / "streams"
-        stream_dir.mkdir(parents=True, exist_ok=True)
+        stream_dir = make_dirs(self.work.root / "streams")
         path = stream_dir / f"{task_id}-{ref.scope}-{ref.key.digest}"
 
         def install(fill: Callable[[Path], tuple[int, int] | None]) -> None:
@@ -169,6 +171,7 @@ class BlobCache:
         for name, fill in (("ha", self._from_ha(ref)), ("server", self._from_server(ref))):
             if fill is None:
                 continue
+            fill = _checked_against_key(ref, fill, name)
             for attempt in range(1, src.attempts + 1):
                 try:
                     install(fill)
@@ -200,19 +203,19 @@ class BlobCache:
             shutil.copyfile(source, tmp)
         return None
 
-    def _from_ha(self, ref: BlobRef) -> Callable[[Path], tuple[int, int] | None] | None:
+    def _from_ha(self, ref: BlobRef) -> Callable[[Path], Received | None] | None:
         ha = self.sources.ha
         if ha is None:
             return None
         return lambda tmp: ha.download(ref.scope, ref.key, tmp)
 
-    def _from_server(self, ref: BlobRef) -> Callable[[Path], tuple[int, int] | None] | None:
+    def _from_server(self, ref: BlobRef) -> Callable[[Path], Received | None] | None:
         fetch = self.sources.fetch_from_server
         if fetch is None:
             return None
 
-        def download(tmp: Path) -> tuple[int, int]:
-            with open(tmp, "wb") as out:
+        def download(tmp: Path) -> Received | None:
+            with open_new(tmp) as out:
                 return fetch(ref, out)
 
         return download
@@ -303,3 +306,16 @@ class BlobCache:
         self.stats["deleted"] += 1
         log.debug("blob cache entry %s removed", name)
         return True
+
+
+def _checked_against_key(ref: BlobRef, fill: Callable[[Path], Received | None], source: str
+                         ) -> Callable[[Path], tuple[int, int]]:
+    """``fill`` from an untrusted ``source``, its result checked against ``ref``'s key before
+    the file can take the blob's name; returns the ``(crc32c, size)`` the installer records."""
+    def produce(tmp: Path) -> tuple[int, int]:
+        received = fill(tmp)
+        got = check_key(ref.key, ref.size, tmp,
+                        received if isinstance(received, Received) else None,
+                        f"copy of blob {ref.key.short} ({ref.scope}) from {source}")
+        return got.crc32c, got.size
+    return produce

@@ -2,10 +2,14 @@
 
 :class:`BlobDepot` puts blobs (local store first, then the HA copy; the put returns only when
 every configured store has it), locates them for the server (restoring a missing local copy
-from HA), feeds the pure :class:`~spark_steward.blob.lifecycle.BlobLedger` and carries
+from HA, checked against its key), feeds the pure :class:`~spark_steward.blob.lifecycle.BlobLedger` and carries
 out the deletions it decides. A deletion that fails is kept and retried at every tick until it
 succeeds; what is still left at application end stays in storage for the next attach or
 ``spark-steward gc``, never forgotten.
+
+File IO never runs under the depot-wide lock, which task and job events need too: a check or
+restore holds only its blob's own lock, waited for at most ``io_timeout`` seconds, so a slow or
+odd file delays the requests for that blob alone.
 """
 
 from __future__ import annotations
@@ -14,13 +18,13 @@ import contextlib
 import logging
 import os
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any, Callable, Iterable, Iterator
 
 from spark_steward.blob.keys import APPLICATION_SCOPE, BlobKey, BlobKind, BlobRef, \
     validate_scope_id
 from spark_steward.blob.server import LocatedBlob
-from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, file_identity
+from spark_steward.blob.stores import HaBlobStore, Identity, LocalBlobStore, file_identity
 from spark_steward.errors import BlobNotFound, BlobProtocolError, ChecksumMismatch, \
     InvalidBlobKey, ScopeError, StewardError
 from spark_steward.blob.lifecycle import BlobLedger, Deletion
@@ -32,18 +36,24 @@ log = logging.getLogger(__name__)
 class BlobDepot:
     """Everything the driver knows about this application's blobs. Thread-safe."""
 
-    def __init__(self, local: LocalBlobStore, ha: HaBlobStore | None) -> None:
+    def __init__(self, local: LocalBlobStore, ha: HaBlobStore | None, *,
+                 io_timeout: float = 60.0) -> None:
         self.local = local
         self.ha = ha
         self.ledger = BlobLedger()
+        self.io_timeout = io_timeout
         self._refs: dict[tuple[str, BlobKey], BlobRef] = {}
         self._names: dict[str, tuple[BlobRef, str]] = {}
-        self._verified: dict[tuple[str, BlobKey], tuple[int, int]] = {}
+        self._verified: dict[tuple[str, BlobKey], Identity] = {}
+        self._key_locks: defaultdict[tuple[str, BlobKey], threading.Lock] = \
+            defaultdict(threading.Lock)
         self._failed: list[Deletion] = []
         self._putting: Counter[str] = Counter()
+        self._deleting: Counter[str] = Counter()  # scopes whose files are being deleted
         self._foreign: StagedCleanup[str] = StagedCleanup()
         self._still_dead: Callable[[str], bool] = lambda rel: True
         self._lock = threading.RLock()
+        self._deleted = threading.Condition(self._lock)  # a scope's deletion finished
 
     # -- put ---------------------------------------------------------------------------------
 
@@ -68,8 +78,11 @@ class BlobDepot:
     @contextlib.contextmanager
     def _putting_into(self, scope: str) -> Iterator[None]:
         """While a put writes into ``scope``, deletions there wait for the next period: a
-        sweep must not remove the file of a blob the ledger does not know yet."""
+        sweep must not remove the file of a blob the ledger does not know yet. A put waits
+        for a deletion already running there, which runs outside the depot lock."""
         with self._lock:
+            while scope in self._deleting:
+                self._deleted.wait()
             if scope not in self.ledger.scopes() or self.ledger.is_closed(scope):
                 raise ScopeError(f"scope {scope} is not open: blobs go into the application "
                                  "scope or a scope opened with spark_steward.scope(name)")
@@ -88,6 +101,7 @@ class BlobDepot:
             # Acknowledged only once the durable copy exists too.
             self.ha.put(scope, key, self.local.path(scope, key))
         ref = BlobRef(key, scope, kind, size, crc, name)
+        identity = file_identity(self.local.path(scope, key))
         with self._lock:
             try:
                 self.ledger.put(scope, key.digest, transient=kind is BlobKind.TRANSIENT,
@@ -100,7 +114,6 @@ class BlobDepot:
             if known is not None and known.kind is BlobKind.PERMANENT:
                 ref = BlobRef(key, scope, BlobKind.PERMANENT, size, crc, name or known.name)
             self._refs[(scope, key)] = ref
-            identity = file_identity(self.local.path(scope, key))
             if identity is not None:
                 self._verified[(scope, key)] = identity
         log.debug("put blob %s (%s, %d bytes) in scope %s", key.short, kind.value, size, scope)
@@ -117,19 +130,30 @@ class BlobDepot:
         return ref
 
     def locate(self, key: BlobKey, scope: str) -> LocatedBlob:
-        """A verified local copy for the server; restored from HA when the local one is gone."""
+        """The verified local copy, open, for the server; restored from HA (and checked against
+        its key) when the local one is gone or corrupt."""
         ref = self.ref(scope, key)
-        path = self.local.path(scope, key)
         with self._lock:
-            identity = file_identity(path)
-            if identity is not None and self._verified.get((scope, key)) == identity:
-                return LocatedBlob(str(path), ref.size, ref.crc32c)
-            if not self.local.verify(scope, key, ref.crc32c, ref.size):
+            key_lock = self._key_locks[(scope, key)]
+        if not key_lock.acquire(timeout=self.io_timeout):
+            raise StewardError(f"blob {key.short} ({scope}) has been checked or restored by "
+                               f"another request for over {self.io_timeout:.0f}s; retry later")
+        try:
+            with self._lock:
+                known = self._verified.get((scope, key))
+            found = self.local.open_verified(scope, key, ref.crc32c, ref.size, known)
+            if found is None:
                 self._restore(ref)
-            identity = file_identity(path)
-            if identity is not None:
-                self._verified[(scope, key)] = identity
-        return LocatedBlob(str(path), ref.size, ref.crc32c)
+                found = self.local.open_verified(scope, key, ref.crc32c, ref.size, None)
+                if found is None:
+                    raise BlobNotFound(f"blob {key} ({scope}) vanished right after its restore")
+            file, identity = found
+            with self._lock:
+                if (scope, key) in self._refs:  # not deleted meanwhile
+                    self._verified[(scope, key)] = identity
+        finally:
+            key_lock.release()
+        return LocatedBlob(file, ref.size, ref.crc32c)
 
     def _restore(self, ref: BlobRef) -> None:
         if self.ha is None:
@@ -139,7 +163,7 @@ class BlobDepot:
         log.warning("restoring blob %s (%s) from %s", ref.key.short, ref.scope,
                     ha.url_of(ref.scope, ref.key))
         try:
-            self.local.install(ref.scope, ref.key, ref.crc32c, ref.size,
+            self.local.install(ref.scope, ref.key, ref.size,
                                lambda tmp: ha.download(ref.scope, ref.key, tmp))
         except FileNotFoundError:
             raise BlobNotFound(f"blob {ref.key} ({ref.scope}) is gone from the local store and "
@@ -199,7 +223,8 @@ class BlobDepot:
 
     def close_scope(self, scope: str) -> None:
         with self._lock:
-            self._apply(self.ledger.close_scope(scope))
+            deletions = self.ledger.close_scope(scope)
+        self._apply(deletions)
 
     def job_started(self, job_id: int, scope: str, stage_ids: Iterable[int]) -> None:
         with self._lock:
@@ -207,21 +232,23 @@ class BlobDepot:
 
     def job_ended(self, job_id: int, succeeded: bool) -> None:
         with self._lock:
-            self._apply(self.ledger.job_ended(job_id, succeeded))
+            deletions = self.ledger.job_ended(job_id, succeeded)
+        self._apply(deletions)
 
     def task_ended(self, task_id: int, succeeded: bool) -> None:
         with self._lock:
             deletions = self.ledger.task_ended(task_id, succeeded)
-            if deletions:
-                self._apply(deletions)
+        self._apply(deletions)
 
     def tick(self) -> None:
         """One staged-cleanup period: due blobs, failed deletions, foreign leftovers."""
         with self._lock:
             retry, self._failed = self._failed, []
-            self._apply([d for d in retry if self._still_wanted(d)] + self.ledger.tick())
-            for rel in self._foreign.tick():
-                self._delete_foreign(rel)
+            deletions = [d for d in retry if self._still_wanted(d)] + self.ledger.tick()
+            foreign = self._foreign.tick()
+        self._apply(deletions)
+        for rel in foreign:
+            self._delete_foreign(rel)
 
     def _still_wanted(self, deletion: Deletion) -> bool:
         """A deletion that waited (failed, or deferred by a put) must not hit what was put
@@ -240,16 +267,18 @@ class BlobDepot:
         """Deletes every scope, local and HA, and what foreign blobs were taken over."""
         with self._lock:
             retry, self._failed = self._failed, []
-            self._apply(retry + self.ledger.end_application())
-            for rel in self._foreign.drain():
-                self._delete_foreign(rel)
-            self.local.delete_all()
-            if self.ha is not None:
-                try:
-                    self.ha.delete_all()
-                except StewardError as exc:
-                    log.warning("blobs of %s left in %s (the next attach or `spark-steward gc` "
-                                "removes them): %s", self.ha.app_id, self.ha.storage.url, exc)
+            deletions = retry + self.ledger.end_application()
+            foreign = self._foreign.drain()
+        self._apply(deletions)
+        for rel in foreign:
+            self._delete_foreign(rel)
+        self.local.delete_all()
+        if self.ha is not None:
+            try:
+                self.ha.delete_all()
+            except StewardError as exc:
+                log.warning("blobs of %s left in %s (the next attach or `spark-steward gc` "
+                            "removes them): %s", self.ha.app_id, self.ha.storage.url, exc)
 
     def adopt_foreign(self, rels: Iterable[str], still_dead: Callable[[str], bool]) -> None:
         """Blob folders of applications that are no longer alive enter staged cleanup;
@@ -269,38 +298,63 @@ class BlobDepot:
             log.info("deleted blobs of a dead application: %s", self.ha.storage.url_of(rel))
         except StewardError as exc:
             log.warning("could not delete %s (retried next period): %s", rel, exc)
-            self._foreign.stage(rel)
+            with self._lock:
+                self._foreign.stage(rel)
 
     def _apply(self, deletions: Iterable[Deletion]) -> None:
+        """Carries out ``deletions``: the bookkeeping under the depot lock, the file IO (local
+        and HA, possibly slow) outside it, with the scope marked so no put writes there
+        meanwhile."""
         for deletion in deletions:
-            if deletion.scope in self._putting and deletion.reason != "application-end":
-                self._failed.append(deletion)  # a put is writing there: next period
-                continue
+            scope = deletion.scope
+            with self._lock:
+                if scope in self._putting and deletion.reason != "application-end":
+                    self._failed.append(deletion)  # a put is writing there: next period
+                    continue
+                self._deleting[scope] += 1
+                self._unlist(deletion)
             try:
                 self._delete(deletion)
             except (StewardError, OSError) as exc:
                 log.warning("deleting blob %s/%s failed (retried next period): %s",
-                            deletion.scope, deletion.key or "*", exc)
-                self._failed.append(deletion)
+                            scope, deletion.key or "*", exc)
+                with self._lock:
+                    self._failed.append(deletion)
+            finally:
+                with self._lock:
+                    self._deleting[scope] -= 1
+                    if not self._deleting[scope]:
+                        del self._deleting[scope]
+                    self._deleted.notify_all()
+
+    def _unlist(self, deletion: Deletion) -> None:
+        """Forgets what ``deletion`` removes, so nothing serves it any more; under the lock."""
+        if deletion.reason == "untracked":
+            return
+        if deletion.key is None:
+            for known in [k for k in self._refs if k[0] == deletion.scope]:
+                self._forget(known)
+            self._names = {n: r for n, r in self._names.items()
+                           if r[0].scope != deletion.scope}
+            return
+        key = BlobKey(deletion.key)
+        self._forget((deletion.scope, key))
+        self._names = {n: r for n, r in self._names.items()
+                       if (r[0].scope, r[0].key) != (deletion.scope, key)}
 
     def _delete(self, deletion: Deletion) -> None:
+        """The file IO of ``deletion``; outside the depot lock."""
         scope = deletion.scope
         if deletion.reason == "untracked":
             self._delete_untracked(scope)
             return
         if deletion.key is None:
-            for known in [k for k in self._refs if k[0] == scope]:
-                self._forget(known)
-            self._names = {n: r for n, r in self._names.items() if r[0].scope != scope}
             self.local.delete_scope(scope)
             if self.ha is not None:
                 self.ha.delete_scope(scope)
             log.info("deleted blob scope %s (%s)", scope, deletion.reason)
             return
         key = BlobKey(deletion.key)
-        self._forget((scope, key))
-        self._names = {n: r for n, r in self._names.items()
-                       if (r[0].scope, r[0].key) != (scope, key)}
         self.local.delete(scope, key)
         if self.ha is not None:
             self.ha.delete(scope, key)
@@ -308,7 +362,8 @@ class BlobDepot:
 
     def _delete_untracked(self, scope: str) -> None:
         """Deletes the files of ``scope`` the ledger no longer tracks, keeping the others."""
-        tracked = set(self.ledger.blobs(scope))
+        with self._lock:
+            tracked = set(self.ledger.blobs(scope))
         local_dir = self.local.scope_dir(scope)
         names = {p.name for p in local_dir.iterdir()} if local_dir.is_dir() else set()
         if self.ha is not None:
@@ -325,6 +380,7 @@ class BlobDepot:
     def _forget(self, known: tuple[str, BlobKey]) -> None:
         self._refs.pop(known, None)
         self._verified.pop(known, None)
+        self._key_locks.pop(known, None)
 
     # -- views -------------------------------------------------------------------------------
 

@@ -79,10 +79,9 @@ class ExecutorBlobs:
                                       timeout=self.runtime.conf.get(BLOB_NETWORK_TIMEOUT))
         return self._client
 
-    def _fetch_from_server(self, ref: BlobRef, out: BinaryIO) -> tuple[int, int]:
+    def _fetch_from_server(self, ref: BlobRef, out: BinaryIO) -> Received:
         with self._client_lock:
-            size, crc = self._connection().fetch(ref.key, ref.scope, out)
-        return crc, size
+            return self._connection().fetch(ref.key, ref.scope, out)
 
     def _report(self, ref: BlobRef, stage: int, task: int, received: bool) -> None:
         """Binds the blob to this stage's job on the driver (once per process and stage)."""

@@ -3,6 +3,15 @@
 Both use the same relative path ``<scopeId>/<key>``. Every write goes to a temp name and is
 renamed into place only when complete and verified, so a reader never sees part of a blob, and
 a crash leaves at most a temp file (``.<key>.tmp-*``), never a wrong blob under a real name.
+
+Two levels of verification. Bytes that crossed a trust boundary (the HA storage, the network,
+a file another process could have written) are checked against the key itself, their SHA-256,
+before their first use on a host: a crc32c can be forged by changing four bytes, the key
+cannot. Files this application wrote into its private local dir are re-checked with the cheap
+crc32c, against the identity (device, inode, size, mtime and ctime) they were verified under:
+ctime cannot be set back, so an in-place edit is seen even with its mtime restored. Only
+regular files are ever opened as blobs: a symlink, FIFO, directory or device under a blob's
+name is refused without being opened for reading (a FIFO would block the reader).
 """
 
 from __future__ import annotations
@@ -11,16 +20,18 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Callable
+from typing import TYPE_CHECKING, BinaryIO, Callable, NamedTuple
 
 import crc32c as _crc32c
 
 from spark_steward.blob.keys import BlobKey, blob_relpath, validate_scope_id
-from spark_steward.checksum import crc_of_file
-from spark_steward.errors import ChecksumMismatch
+from spark_steward.checksum import crc_of_fd, crc_of_file
+from spark_steward.errors import BlobNotFound, ChecksumMismatch
+from spark_steward.private import make_dirs, open_new
 
 if TYPE_CHECKING:  # fsspec costs an executor's new worker ~40 ms to import
     from spark_steward.storage import Storage
@@ -64,14 +75,83 @@ def digest_bytes(data: bytes | bytearray | memoryview) -> Digest:
     return Digest(BlobKey(hashlib.sha256(data).hexdigest()), _crc32c.crc32c(data), len(data))
 
 
-def file_identity(path: Path) -> tuple[int, int] | None:
-    """Which file ``path`` is now (inode, mtime); None when there is none. A verification is
-    remembered against it, so a replaced or rewritten file is checked again."""
+class Received(NamedTuple):
+    """What a transfer computed over the bytes it wrote: their crc32c, size and, when it
+    hashed them on the way, their SHA-256 (hex)."""
+
+    crc32c: int
+    size: int
+    sha256: str | None = None
+
+
+Identity = tuple[int, int, int, int, int]
+
+
+def identity_of(st: os.stat_result) -> Identity:
+    """(device, inode, size, mtime, ctime): changes with any replacement or in-place write,
+    also one whose mtime was set back afterwards (ctime cannot be)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def file_identity(path: Path) -> Identity | None:
+    """Which regular file ``path`` is now; None when there is none (or it is not a regular
+    file). A verification is remembered against it, so a changed file is checked again."""
     try:
-        st = path.stat()
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
-    return (st.st_ino, st.st_mtime_ns)
+    return identity_of(st) if stat.S_ISREG(st.st_mode) else None
+
+
+class NotRegularFile(BlobNotFound):
+    """Something other than a regular file sits under a blob's name."""
+
+
+def open_blob(path: Path) -> BinaryIO:
+    """Opens the regular file at ``path`` for reading, without following a symlink and
+    without blocking on a FIFO; anything else raises NotRegularFile (FileNotFoundError when
+    nothing is there)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        kind = "a symlink" if os.path.islink(path) else f"unreadable ({e.strerror})"
+        raise NotRegularFile(f"{path} is {kind}, not a blob file; refused") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"{path} is {_kind_of(mode)}, not a regular blob file; "
+                                 "refused")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return name
+    return f"of type {stat.S_IFMT(mode):o}"
+
+
+def check_key(key: BlobKey, size: int, tmp: Path, received: Received | None,
+              what: str) -> Received:
+    """Checks a copy that crossed a trust boundary against its key: the SHA-256 the transfer
+    computed, else the file's (read back once, with its crc32c). ChecksumMismatch when it
+    is other bytes, whatever their crc32c says."""
+    if received is None or received.sha256 is None:
+        digest = digest_file(tmp)
+        received = Received(digest.crc32c, digest.size, digest.key.digest)
+    if received.size != size or received.sha256 != key.digest:
+        raise ChecksumMismatch(
+            f"{what} is not blob {key}: {received.size} bytes hashing to "
+            f"{str(received.sha256)[:16]}..., expected {size} bytes hashing to its key")
+    return received
 
 
 def temp_name(target: Path) -> Path:
@@ -101,24 +181,20 @@ class LocalBlobStore:
     def has(self, scope: str, key: BlobKey) -> bool:
         return self.path(scope, key).is_file()
 
-    def install(self, scope: str, key: BlobKey, expected_crc: int, expected_size: int,
-                produce: Callable[[Path], tuple[int, int] | None]) -> Path:
-        """Lets ``produce`` create a temp file, verifies it, renames it into place.
+    def install(self, scope: str, key: BlobKey, expected_size: int,
+                produce: Callable[[Path], Received | None]) -> Path:
+        """Lets ``produce`` fill a temp file from an untrusted source (the HA copy), checks it
+        against ``key`` and renames it into place.
 
-        ``produce`` returns ``(crc32c, size)`` when it computed them from the bytes it wrote
-        (a streamed download), sparing a second read; else the temp file is read back.
-        ChecksumMismatch (temp removed) if what ``produce`` made is not the blob.
+        ``produce`` returns what it computed over the bytes it wrote, sparing a second read
+        when that includes their SHA-256; else the temp file is read back. ChecksumMismatch
+        (temp removed) if what ``produce`` made is not the blob.
         """
         target = self.path(scope, key)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(target.parent)
         tmp = temp_name(target)
         try:
-            computed = produce(tmp)
-            crc, size = computed if computed is not None else crc_of_file(tmp)
-            if crc != expected_crc or size != expected_size:
-                raise ChecksumMismatch(
-                    f"copy of blob {key} ({scope}) is wrong: crc32c {crc:08x}/{size} bytes, "
-                    f"expected {expected_crc:08x}/{expected_size} bytes")
+            check_key(key, expected_size, tmp, produce(tmp), f"copy of blob {key} ({scope})")
             os.replace(tmp, target)
         except BaseException:
             discard(tmp)
@@ -127,11 +203,10 @@ class LocalBlobStore:
 
     def put_file(self, scope: str, source: str | os.PathLike[str]) -> Digest:
         """Copies ``source`` in, hashing it on the way; returns its digest."""
-        scope_dir = self.scope_dir(scope)
-        scope_dir.mkdir(parents=True, exist_ok=True)
+        scope_dir = make_dirs(self.scope_dir(scope))
         tmp = scope_dir / f".put.tmp-{uuid.uuid4().hex[:12]}"
         try:
-            with open(tmp, "wb") as out:
+            with open_new(tmp) as out:
                 digest = digest_file(source, copy_to=out)
             os.replace(tmp, self.path(scope, digest.key))
         except BaseException:
@@ -142,10 +217,10 @@ class LocalBlobStore:
     def put_bytes(self, scope: str, data: bytes | bytearray | memoryview) -> Digest:
         digest = digest_bytes(data)
         target = self.path(scope, digest.key)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(target.parent)
         tmp = temp_name(target)
         try:
-            with open(tmp, "wb") as out:
+            with open_new(tmp) as out:
                 out.write(data)
             os.replace(tmp, target)
         except BaseException:
@@ -153,19 +228,46 @@ class LocalBlobStore:
             raise
         return digest
 
-    def verify(self, scope: str, key: BlobKey, expected_crc: int, expected_size: int) -> bool:
-        """True when the stored copy exists and matches; a mismatching copy is removed."""
+    def open_verified(self, scope: str, key: BlobKey, expected_crc: int, expected_size: int,
+                      known: Identity | None) -> tuple[BinaryIO, Identity] | None:
+        """The stored copy, opened, when it is a regular file that matches: by its crc32c,
+        unless it is still the file last verified (``known`` identity). None when it is
+        missing; a corrupt copy or anything but a regular file under its name is removed
+        (a directory is refused: NotRegularFile)."""
         path = self.path(scope, key)
         try:
-            crc, size = crc_of_file(path)
+            file = open_blob(path)
         except FileNotFoundError:
-            return False
-        if crc == expected_crc and size == expected_size:
-            return True
+            return None
+        except NotRegularFile as e:
+            if os.path.isdir(path) and not os.path.islink(path):
+                raise
+            log.warning("%s; removed, the blob is restored", e)
+            discard(path)
+            return None
+        try:
+            identity = identity_of(os.fstat(file.fileno()))
+            if identity == known:
+                return file, identity
+            crc, size = crc_of_fd(file.fileno())
+            if crc == expected_crc and size == expected_size:
+                return file, identity_of(os.fstat(file.fileno()))
+        except BaseException:
+            file.close()
+            raise
+        file.close()
         log.warning("blob %s in %s is corrupt (crc32c %08x/%d bytes, expected %08x/%d); "
                     "removed", key, path.parent, crc, size, expected_crc, expected_size)
         discard(path)
-        return False
+        return None
+
+    def verify(self, scope: str, key: BlobKey, expected_crc: int, expected_size: int) -> bool:
+        """True when the stored copy exists and matches; a mismatching copy is removed."""
+        found = self.open_verified(scope, key, expected_crc, expected_size, None)
+        if found is None:
+            return False
+        found[0].close()
+        return True
 
     def delete(self, scope: str, key: BlobKey) -> None:
         discard(self.path(scope, key))
@@ -194,19 +296,22 @@ class HaBlobStore:
     def put(self, scope: str, key: BlobKey, local_path: Path) -> None:
         self.storage.upload(self.rel(scope, key), str(local_path))
 
-    def download(self, scope: str, key: BlobKey, dest: Path) -> tuple[int, int]:
-        """Streams the HA copy into ``dest``; returns its ``(crc32c, size)``.
+    def download(self, scope: str, key: BlobKey, dest: Path) -> Received:
+        """Streams the HA copy into ``dest``, hashing it on the way (whoever can write the
+        storage could have replaced it: callers check the SHA-256 against the key).
 
         FileNotFoundError when it is not there.
         """
         crc = 0
         size = 0
-        with self.storage.open_read(self.rel(scope, key)) as src, open(dest, "wb") as out:
+        sha = hashlib.sha256()
+        with self.storage.open_read(self.rel(scope, key)) as src, open_new(dest) as out:
             while chunk := src.read(CHUNK):
                 crc = _crc32c.crc32c(chunk, crc)
+                sha.update(chunk)
                 size += len(chunk)
                 out.write(chunk)
-        return crc, size
+        return Received(crc, size, sha.hexdigest())
 
     def delete(self, scope: str, key: BlobKey) -> None:
         self.storage.delete(self.rel(scope, key))
