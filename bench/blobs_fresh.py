@@ -155,7 +155,7 @@ def steward_task(ref: Any) -> Callable[[int], dict[str, Any]]:
                     {"import": imported - start, "service": built - imported,
                      "get": got - built, "read": done - got},
                     {"steward_modules": modules, "steward_modules_after": _steward_modules(),
-                     "cache": stats})
+                     "cache": stats, "library": os.path.dirname(spark_steward.__file__)})
     return task
 
 
@@ -261,6 +261,8 @@ def run_application(variant: str, data: Path, tmp: Path, extra: list[str]) -> di
     env.pop("SPARK_CONF_DIR", None)
     if variant in STEWARD_VARIANTS:
         flags += steward_flags(tmp / "steward-storage", tmp / "steward-local")
+        if os.environ.get("PYTHONPATH"):  # a spark-steward tree put first: executors too
+            flags += ["--conf", f"spark.executorEnv.PYTHONPATH={os.environ['PYTHONPATH']}"]
     else:
         env["SPARK_STEWARD_AUTOLOAD"] = "0"  # plain Spark: nothing of spark-steward runs
     before = load()
@@ -337,11 +339,19 @@ def summarize(apps: list[dict[str, Any]], variants: list[str], rounds: int,
             got.append(value["wall"] if isinstance(value, dict) else value)
         return got
 
+    import spark_steward
+
     loads = [x for a in apps for x in (a["load_before"][0], a["load_after"][0])]
+    used = {r["library"] for a in apps for job in ("first", "second") for r in a[job]["rows"]
+            if "library" in r}
+    if used - {os.path.dirname(spark_steward.__file__)}:
+        print(f"warning: executors ran spark-steward from {sorted(used)}, the driver from "
+              f"{os.path.dirname(spark_steward.__file__)}", file=sys.stderr)
     print(f"\nbench/blobs_fresh.py  ({size_mib} MiB file, {TASKS} tasks each reading it whole, "
           f"{MASTER}, one fresh application per variant and round, {rounds} rounds; "
           f"median (min..max) s)")
-    print(f"1-minute load average around the applications: {min(loads):.2f}..{max(loads):.2f}")
+    print(f"1-minute load average around the applications: {min(loads):.2f}..{max(loads):.2f};"
+          f" spark-steward from {os.path.dirname(spark_steward.__file__)}")
     print(f"{'variant':<14}" + "".join(f"{f:>24}" for f in
                                        ("session", "prepare", "first job", "second job",
                                         "application")))
