@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -146,13 +147,19 @@ def _key(name: str, type_: ConfigType[T], default: str, doc: str, *,
     return key
 
 
+def _default_root() -> Path:
+    """``<tmp>/spark-steward-<uid>``: one per user, so two users on a host never share a default
+    dir (the JVM shim's LocalDirs.resolve computes the same)."""
+    return Path(tempfile.gettempdir()) / f"spark-steward-{os.getuid()}"
+
+
 def default_storage_dir() -> str:
     """The embedded default: a local directory, so nothing else has to run."""
-    return (Path(tempfile.gettempdir()) / "spark-steward" / "storage").as_uri()
+    return (_default_root() / "storage").as_uri()
 
 
 def default_local_dir() -> str:
-    return str(Path(tempfile.gettempdir()) / "spark-steward" / "local")
+    return str(_default_root() / "local")
 
 
 ENABLED = _key(
@@ -164,13 +171,17 @@ STORAGE_DIR = _key(
     "spark.steward.storage.dir", STRING, "",
     "Durable storage URL for metadata, application records and HA copies: any fsspec URL "
     "(`file:///…`, `s3://bucket/prefix`, `hdfs://…`, `memory://…` in tests). Empty means a local "
-    "directory under the system temp dir (the embedded default, single-host only).")
+    "directory under the system temp dir, `<system temp dir>/spark-steward-<uid>/storage` (the "
+    "embedded default, single-host only). On a local filesystem its folders and files are "
+    "created for the application's user only (0700/0600).")
 LOCAL_DIR = _key(
     "spark.steward.local.dir", STRING, "",
     "Host-local working directory on the driver and every executor host. Empty means "
-    "`<system temp dir>/spark-steward/local`. It must outlive executor processes (standalone and "
-    "YARN hosts keep it; on Kubernetes mount a persistent volume there): files in it survive "
-    "executor restarts and are removed when their application ends.")
+    "`<system temp dir>/spark-steward-<uid>/local`. It must outlive executor processes "
+    "(standalone and YARN hosts keep it; on Kubernetes mount a persistent volume there): files "
+    "in it survive executor restarts and are removed when their application ends. It is private "
+    "to the application's user: an existing one that is a symbolic link, another user's or "
+    "writable by others is refused.")
 LOCAL_MAX_BYTES = _key(
     "spark.steward.local.max-bytes", SIZE, "0",
     "Most bytes of host-local files (blob cache, `local.state` values, table replicas) one "

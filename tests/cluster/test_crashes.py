@@ -220,13 +220,14 @@ def test_without_a_shared_storage_dir_nothing_is_silently_wrong(hostloss: HostLo
     restore, and executors must not strand data on their hosts' disks where nothing cleans
     it."""
     cluster, storage = hostloss.cluster, hostloss.result["storage"]
-    assert storage["url"].startswith("file:///tmp/")
+    assert storage["url"].startswith("file:///tmp/spark-steward-")  # <tmp>/spark-steward-<uid>
     assert storage["table"] == {"count": 3000, "sum": 2 * sum(range(3000))}, \
         f"a cached table returned a wrong result: {storage['table']}"
     checkpoint = storage["checkpoint"]
     assert "saved" not in checkpoint or checkpoint.get("restored") == 3000, \
         f"a checkpoint was saved that cannot be restored: {checkpoint}"
-    stranded = {w: sorted(host_files(cluster, w, "/tmp/spark-steward/storage"))
+    default_storage = Storage.from_url(storage["url"]).root  # the same path on every host
+    stranded = {w: sorted(host_files(cluster, w, default_storage))
                 for w in cluster.workers}
     assert stranded == {w: [] for w in cluster.workers}, \
         f"executors wrote into their own hosts' copy of the default storage dir: {stranded}"

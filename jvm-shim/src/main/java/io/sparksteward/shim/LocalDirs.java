@@ -31,8 +31,8 @@ import java.util.regex.Pattern;
  * in it. The one place the shim decides either.
  *
  * <p>{@link #resolve} is Python's {@code StewardConf.local_dir()}: {@code spark.steward.local.dir}
- * (stripped), else {@code <tempfile.gettempdir()>/spark-steward/local} with Python's rule for the
- * temp dir (the first of {@code TMPDIR}, {@code TEMP}, {@code TMP}, {@code /tmp}, {@code
+ * (stripped), else {@code <tempfile.gettempdir()>/spark-steward-<uid>/local} with Python's rule
+ * for the temp dir (the first of {@code TMPDIR}, {@code TEMP}, {@code TMP}, {@code /tmp}, {@code
  * /var/tmp}, {@code /usr/tmp}, the working dir where a file can be created and written). Python
  * resolves it once, on the driver, and hands that string to every executor in the executor
  * context; the driver plugin resolves it here in the same process environment and hands it to
@@ -52,11 +52,19 @@ final class LocalDirs {
 
   /** The working dir for {@code configured} (the conf value, or null) in this process. */
   static String resolve(String configured) {
-    return resolve(configured, System.getenv(), System.getProperty("user.dir"));
+    return resolve(configured, System.getenv(), System.getProperty("user.dir"), uid());
   }
 
-  /** {@link #resolve(String)} for an explicit environment and working dir; null if none usable. */
-  static String resolve(String configured, Map<String, String> env, String cwd) {
+  /** Python's {@code os.getuid()}: the default dir is per user, as {@code spark-steward-<uid>}. */
+  static long uid() {
+    return new com.sun.security.auth.module.UnixSystem().getUid();
+  }
+
+  /**
+   * {@link #resolve(String)} for an explicit environment, working dir and uid; null if none
+   * usable.
+   */
+  static String resolve(String configured, Map<String, String> env, String cwd, long uid) {
     String value = configured == null ? "" : configured.strip();
     if (!value.isEmpty()) {
       return value;
@@ -65,11 +73,12 @@ final class LocalDirs {
     if (temp == null) {
       return null;
     }
-    // str(Path(temp) / "spark-steward" / "local"); temp is normalized already.
+    // str(Path(temp) / f"spark-steward-{uid}" / "local"); temp is normalized already.
+    String below = "spark-steward-" + uid + "/local";
     if (temp.equals(".")) {
-      return "spark-steward/local";
+      return below;
     }
-    return (temp.endsWith("/") ? temp : temp + "/") + "spark-steward/local";
+    return (temp.endsWith("/") ? temp : temp + "/") + below;
   }
 
   /** Python's {@code tempfile._get_default_tempdir()}; null where Python raises. */
