@@ -237,6 +237,12 @@ BLOB_SERVER_MAX_UNAUTHENTICATED_PER_PEER = _key(
     "spark.steward.blob.server.max-unauthenticated-per-peer", INT, "8",
     "Most connections one peer address may hold in the handshake; its oldest is dropped "
     "beyond that.", minimum=1)
+BLOB_ENCRYPTION = _key(
+    "spark.steward.blob.encryption", STRING, "auto",
+    "TLS 1.3 for blob transfers, with a certificate the driver makes for the application and "
+    "executors pin: `auto` (on when Spark's own transfers are encrypted: "
+    "`spark.network.crypto.enabled`, `spark.ssl.enabled` or `spark.ssl.rpc.enabled`), `true` "
+    "or `false`.", choices=("auto", "true", "false"))
 BLOB_SERVER_HANDSHAKE_TIMEOUT = _key(
     "spark.steward.blob.server.handshake-timeout", DURATION, "5s",
     "Time a new connection has to prove the application's secret, apart from the transfer "
@@ -379,17 +385,29 @@ class StewardConf:
     not in the middle of a job.
     """
 
+    #: Spark keys that encrypt Spark's own transfers; blob transfers follow them (``auto``).
+    SPARK_ENCRYPTION_KEYS = ("spark.network.crypto.enabled", "spark.ssl.enabled",
+                             "spark.ssl.rpc.enabled")
+
     def __init__(self, values: Mapping[str, Any],
-                 storage_options: Mapping[str, Any] | None = None) -> None:
+                 storage_options: Mapping[str, Any] | None = None, *,
+                 spark_encrypts: bool = False) -> None:
         self._values = dict(values)
         self._storage_options = dict(storage_options or {})
+        self.spark_encrypts = spark_encrypts
 
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, str]], *, warn_unknown: bool = True
                    ) -> "StewardConf":
         values: dict[str, Any] = {}
         options: dict[str, Any] = {}
+        spark_encrypts = False
         for name, raw in pairs:
+            if name in cls.SPARK_ENCRYPTION_KEYS:
+                try:
+                    spark_encrypts |= _parse_bool(raw)
+                except ValueError:
+                    raise ConfigError(f"{name}={raw!r} is not a boolean (true or false)") from None
             if not name.startswith(PREFIX):
                 continue
             if name.startswith(STORAGE_OPTION_PREFIX):
@@ -405,7 +423,7 @@ class StewardConf:
                     log.warning("%s", unknown_key_message(name))
                 continue
             values[name] = key.parse(raw)
-        return cls(values, options)
+        return cls(values, options, spark_encrypts=spark_encrypts)
 
     def get(self, key: ConfigKey[T]) -> T:
         if key.name in self._values:
@@ -420,6 +438,11 @@ class StewardConf:
 
     def local_dir(self) -> str:
         return self.get(LOCAL_DIR) or default_local_dir()
+
+    def blob_encryption(self) -> bool:
+        """Whether blob transfers are encrypted (``spark.steward.blob.encryption``)."""
+        mode = self.get(BLOB_ENCRYPTION)
+        return self.spark_encrypts if mode == "auto" else mode == "true"
 
     def retry_strategy(self) -> "RetryStrategy":
         """The cleanup retry strategy these values describe."""

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import BinaryIO
 
+from spark_steward.blob import tls
 from spark_steward.blob.archives import unpack_once
 from spark_steward.blob.cache import BlobCache, BlobSources
 from spark_steward.blob.client import BlobClient
@@ -76,7 +77,9 @@ class ExecutorBlobs:
             assert context.server_port is not None
             self._client = BlobClient(context.driver_host, context.server_port,
                                       context.auth_token,
-                                      timeout=self.runtime.conf.get(BLOB_NETWORK_TIMEOUT))
+                                      timeout=self.runtime.conf.get(BLOB_NETWORK_TIMEOUT),
+                                      tls=tls.client_context(context.server_cert)
+                                      if context.server_cert else None)
         return self._client
 
     def _fetch_from_server(self, ref: BlobRef, out: BinaryIO) -> Received:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -41,6 +42,7 @@ _JOIN_SECONDS = 5.0      # close() waits at most this long for all threads toget
 _LINGER_SECONDS = 0.2    # after an error reply, let the client read it before the close
 _AUTH_FRAME = 1024       # the auth answer is ~80 bytes: an unauthenticated peer gets no more
 _LOG_EVERY = 10.0        # seconds between two warnings of one kind; the rest are counted
+_TLS_CHUNK = 1 << 20     # bytes read and encrypted per send on a TLS connection
 _START_RETRY = 0.05      # pause after a thread failed to start: the cause (pids, memory) lasts
 
 
@@ -80,6 +82,7 @@ class _Connection:
 
     def __init__(self, sock: socket.socket, peer: str, timeout: float) -> None:
         self.sock = sock
+        self.fileno = sock.fileno()  # kept when TLS wraps the socket (the fd moves with it)
         self.peer = peer
         self.address = peer.rsplit(":", 1)[0]  # per-peer bounds count hosts, not ports
         self.timeout = timeout
@@ -107,9 +110,39 @@ class _Connection:
         try:
             self.sock.settimeout(self.timeout)
             self.sock.sendall(frame)
-            return self.sock.sendfile(file, 0, count) if file is not None and count else 0
+            if file is None or not count:
+                return 0
+            if isinstance(self.sock, ssl.SSLSocket):
+                return self._send_encrypted(file, count)
+            return self.sock.sendfile(file, 0, count)
         except OSError as e:
             raise _ConnectionLost(str(e)) from e
+
+    def _send_encrypted(self, file: BinaryIO, count: int) -> int:
+        """``sendfile`` through TLS: Python's fallback sends 8 KiB at a time; 1 MiB reads
+        into one buffer cut the per-call cost (measured 1.3x on loopback)."""
+        buffer = bytearray(min(count, _TLS_CHUNK))
+        view = memoryview(buffer)
+        sent = 0
+        while sent < count:
+            n = file.readinto(view[:min(count - sent, len(buffer))])  # type: ignore[attr-defined]
+            if not n:
+                break
+            self.sock.sendall(view[:n])
+            sent += n
+        return sent
+
+    def cut(self) -> None:
+        """Wakes the thread that reads or writes this connection: an OS-level shutdown of
+        its fd, touching no socket object or TLS state that thread owns. The caller holds the
+        server lock and has seen the connection registered, so the fd is still this one's."""
+        wake = socket.socket(fileno=self.fileno)
+        try:
+            wake.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            wake.detach()
 
     def linger_close(self) -> None:
         """Half-close, then drain briefly: closing with unread input would send a RST that can
@@ -134,6 +167,8 @@ def _quietly(step: Callable[..., object], *args: Any) -> None:
         step(*args)
     except OSError:
         pass
+
+
 
 
 class _Throttle:
@@ -170,8 +205,8 @@ class BlobServer:
                  on_message: Callable[[str, dict[str, Any]], dict[str, Any]],
                  max_connections: int = 64, max_frame: int = 65536,
                  timeout: float = 60.0, handshake_timeout: float = 5.0,
-                 max_unauthenticated: int = 64, max_unauthenticated_per_peer: int = 8
-                 ) -> None:
+                 max_unauthenticated: int = 64, max_unauthenticated_per_peer: int = 8,
+                 tls: ssl.SSLContext | None = None) -> None:
         if not secret:
             raise ValueError("the blob server needs a non-empty secret")
         if host in ("", "0.0.0.0", "::"):
@@ -181,13 +216,14 @@ class BlobServer:
         self._locate, self._on_message = locate, on_message
         self._max_connections, self._max_frame = max_connections, max_frame
         self._timeout, self._handshake_timeout = timeout, handshake_timeout
+        self._tls = tls
         self._max_pending, self._max_pending_per_peer = (max_unauthenticated,
                                                          max_unauthenticated_per_peer)
         self._lock = threading.Lock()
         self._counts = {f.name: 0 for f in fields(BlobServerStats)}
-        self._live: dict[socket.socket, threading.Thread] = {}
+        self._live: dict[_Connection, threading.Thread] = {}
         # In the handshake, oldest first; and how many of them each peer address holds.
-        self._pending: OrderedDict[socket.socket, _Connection] = OrderedDict()
+        self._pending: OrderedDict[_Connection, None] = OrderedDict()
         self._pending_per_peer: Counter[str] = Counter()
         self._authenticated = 0
         self._throttle = _Throttle()
@@ -225,13 +261,13 @@ class BlobServer:
                 return
             self._closed = True
             listener, live = self._listener, dict(self._live)
+            # shutdown, not close: the owning thread may sit in recv on this fd; shutdown
+            # wakes it and it closes its own socket, so no fd is closed under a thread.
+            for conn in live:
+                conn.cut()
         if listener is not None:
             _quietly(listener.shutdown, socket.SHUT_RDWR)
             _quietly(listener.close)
-        # shutdown, not close: the owning thread may sit in recv on this fd; shutdown wakes it
-        # and it closes its own socket, so no fd is closed under a thread still using it.
-        for sock in live:
-            _quietly(sock.shutdown, socket.SHUT_RDWR)
         deadline = time.monotonic() + _JOIN_SECONDS
         for thread in [self._acceptor, *live.values()]:
             # Only started threads are registered, but a join must never be what fails here.
@@ -285,12 +321,12 @@ class BlobServer:
                 return
             if self._pending_per_peer[conn.address] >= self._max_pending_per_peer:
                 dropped.append(self._drop_pending(
-                    next(c for c in self._pending.values() if c.address == conn.address)))
+                    next(c for c in self._pending if c.address == conn.address)))
             if len(self._pending) >= self._max_pending:
-                dropped.append(self._drop_pending(next(iter(self._pending.values()))))
-            self._pending[sock] = conn
+                dropped.append(self._drop_pending(next(iter(self._pending))))
+            self._pending[conn] = None
             self._pending_per_peer[conn.address] += 1
-            self._live[sock] = thread
+            self._live[conn] = thread
             try:
                 thread.start()
                 self._counts["connections_accepted"] += 1
@@ -300,8 +336,6 @@ class BlobServer:
                 self._counts["thread_start_failures"] += 1
                 self._counts["connections_refused"] += 1
                 started, failure = False, e
-        for old in dropped:  # outside the lock; their threads end and unregister themselves
-            _quietly(old.sock.shutdown, socket.SHUT_RDWR)
         if dropped:
             self._throttle.warn("dropped", "blob server dropped %d connection(s) still in the "
                                 "handshake to admit %s (max-unauthenticated %d, per peer %d)",
@@ -317,7 +351,8 @@ class BlobServer:
     def _drop_pending(self, conn: _Connection) -> _Connection:
         """Marks an unauthenticated connection dropped; the caller holds the lock."""
         conn.dropped = True
-        self._pending.pop(conn.sock, None)
+        conn.cut()  # its thread ends and unregisters it
+        self._pending.pop(conn, None)
         self._pending_per_peer[conn.address] -= 1
         if not self._pending_per_peer[conn.address]:
             del self._pending_per_peer[conn.address]
@@ -326,19 +361,19 @@ class BlobServer:
 
     def _unregister(self, conn: _Connection) -> None:
         """Forgets ``conn`` wherever it is counted; the caller holds the lock."""
-        if conn.sock in self._pending:
-            self._pending.pop(conn.sock)
+        if conn in self._pending:
+            self._pending.pop(conn)
             self._pending_per_peer[conn.address] -= 1
             if not self._pending_per_peer[conn.address]:
                 del self._pending_per_peer[conn.address]
-        self._live.pop(conn.sock, None)
+        self._live.pop(conn, None)
 
     def _authenticated_slot(self, conn: _Connection) -> bool:
         """Moves ``conn`` from the handshake to the authenticated connections, if one is free."""
         with self._lock:
-            if conn.dropped or conn.sock not in self._pending:
+            if conn.dropped or conn not in self._pending:
                 return False
-            self._pending.pop(conn.sock)
+            self._pending.pop(conn)
             self._pending_per_peer[conn.address] -= 1
             if not self._pending_per_peer[conn.address]:
                 del self._pending_per_peer[conn.address]
@@ -367,8 +402,10 @@ class BlobServer:
             _quietly(conn.sock.close)
 
     def _handshake(self, conn: _Connection) -> bool:
-        """Challenge, proof, then a free authenticated slot; all within the handshake
-        deadline."""
+        """TLS when configured, challenge, proof, then a free authenticated slot; all within
+        the handshake deadline."""
+        if self._tls is not None and not self._start_tls(conn):
+            return False
         nonce = new_nonce()
         conn.send({"protocol": PROTOCOL_VERSION, "nonce": nonce})
         try:
@@ -397,6 +434,20 @@ class BlobServer:
             return False
         conn.send({"ok": True})
         return True
+
+    def _start_tls(self, conn: _Connection) -> bool:
+        """Wraps the connection in TLS (in this connection's thread, within the handshake
+        deadline); False when the peer does not complete a TLS handshake."""
+        try:
+            conn.sock.settimeout(self._handshake_timeout)
+            conn.sock = self._tls.wrap_socket(conn.sock, server_side=True)  # type: ignore[union-attr]
+            return True
+        except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+            if not conn.dropped:
+                self._count("auth_failures")
+                self._throttle.warn("tls", "blob connection from %s failed the TLS handshake: "
+                                    "%s", conn.peer, e)
+            return False
 
     def _serve_one(self, conn: _Connection) -> bool:
         """Answers one request; False when the connection must end."""

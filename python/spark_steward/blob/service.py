@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Iterator
 
 from spark_steward.applications import ApplicationRegistry
+from spark_steward.blob import tls
 from spark_steward.blob.depot import BlobDepot
 from spark_steward.blob.keys import APPLICATION_SCOPE, validate_scope_name
 from spark_steward.blob.server import BlobServer
@@ -100,6 +101,7 @@ class BlobService(RuntimeService):
         self.depot = depot = BlobDepot(LocalBlobStore(self.local_app_dir / "blobs"), ha,
                                        io_timeout=conf.get(BLOB_NETWORK_TIMEOUT))
         # Listens on the bind address, executors dial the advertised spark.driver.host.
+        identity = tls.new_identity() if conf.blob_encryption() else None
         self.server = BlobServer(
             host=runtime.bind_host, port=conf.get(BLOB_SERVER_PORT),
             secret=runtime.context.auth_token, locate=depot.locate,
@@ -108,9 +110,11 @@ class BlobService(RuntimeService):
             max_frame=conf.get(BLOB_SERVER_MAX_FRAME), timeout=conf.get(BLOB_NETWORK_TIMEOUT),
             handshake_timeout=conf.get(BLOB_SERVER_HANDSHAKE_TIMEOUT),
             max_unauthenticated=conf.get(BLOB_SERVER_MAX_UNAUTHENTICATED),
-            max_unauthenticated_per_peer=conf.get(BLOB_SERVER_MAX_UNAUTHENTICATED_PER_PEER))
+            max_unauthenticated_per_peer=conf.get(BLOB_SERVER_MAX_UNAUTHENTICATED_PER_PEER),
+            tls=tls.server_context(identity) if identity is not None else None)
         _, port = self.server.start()
-        runtime.context = replace(runtime.context, server_port=port)
+        runtime.context = replace(runtime.context, server_port=port,
+                                  server_cert=identity.cert_pem if identity else "")
         runtime.dispatcher.subscribe(self._on_event, "blobs")
         if ha is not None:
             registry = runtime.registry
@@ -124,8 +128,9 @@ class BlobService(RuntimeService):
                                         args=(conf.get(BLOB_RETENTION_INTERVAL),),
                                         name="spark-steward-blob-cleanup", daemon=True)
         self._ticker.start()
-        log.info("spark-steward blob server listening on %s:%d (executors dial %s:%d)",
-                 runtime.bind_host, port, runtime.context.driver_host, port)
+        log.info("spark-steward blob server listening on %s:%d (executors dial %s:%d)%s",
+                 runtime.bind_host, port, runtime.context.driver_host, port,
+                 ", TLS 1.3" if identity is not None else "")
 
     def _tick_forever(self, interval: float) -> None:
         while not self._stop.wait(interval):

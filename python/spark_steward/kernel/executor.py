@@ -45,6 +45,8 @@ class ExecutorContext:
     driver_host: str = ""
     server_port: int | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
+    #: The blob server's pinned TLS certificate (PEM) when transfers are encrypted, else "".
+    server_cert: str = ""
     #: ``module:function`` names each process calls once before its first task (the
     #: capabilities' executor setup, see ``RuntimeService.executor_setup``).
     setup: tuple[str, ...] = ()
