@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_steward.blob.lifecycle import APPLICATION_SCOPE, BlobLedger, Deletion
+from spark_steward.blob.lifecycle import (APPLICATION_SCOPE, PENDING_STAGES_KEPT,
+                                          RECEIVING_TASKS_KEPT, BlobLedger, Deletion)
 
 S = "s"
 
@@ -684,6 +685,7 @@ class Model:
     ticks: int = 0
     next_job: int = 0
     ended: set[int] = field(default_factory=set)          # stages whose jobs all ended
+    newest: int = -1                                       # newest stage a started job named
 
     def in_use(self, blob: Blob) -> bool:
         return blob in self.pinned or any(b == blob for b, _ in self.binds)
@@ -781,6 +783,13 @@ def _apply(ledger: BlobLedger, model: Model, op: tuple[Any, ...]) -> list[Deleti
         model.running[model.next_job] = (args[0], list(args[1]))
         ledger.job_started(model.next_job, args[0], args[1])
         model.next_job += 1
+        # Spark numbers stages in submission order: a stage no running job names that is
+        # older than this job's newest is no stage of ours, and its binds protect nothing.
+        model.newest = max(model.newest, *args[1])
+        named = {s for _, ss in model.running.values() for s in ss}
+        dropped = {(b, s) for b, s in model.binds if s < model.newest and s not in named}
+        model.binds -= dropped
+        model.touched.update((b, model.ticks) for b, _ in dropped if b in model.permanent)
     elif name == "end":
         if model.running:
             job = sorted(model.running)[args[0] % len(model.running)]
@@ -894,3 +903,40 @@ def test_a_stage_reused_by_a_later_job_binds_again() -> None:
     assert ledger.bind("_app", "k", stage_id=5)
     assert ledger.count("_app", "k") == 1
     _assert_consistent(ledger)
+
+
+# -- made-up use reports (issue 21) -----------------------------------------------------------------
+
+def test_a_pending_stage_older_than_a_started_jobs_is_forgotten_with_its_reference(
+        ledger: BlobLedger) -> None:
+    ledger.put(S, "jar", transient=False)
+    assert ledger.bind(S, "jar", 3) and ledger.bind(S, "jar", 9)  # 9: a job not started yet
+    assert ledger.count(S, "jar") == 2
+    ledger.job_started(1, S, [5, 6])   # Spark made stage 5 after every stage of older jobs
+    assert ledger.count(S, "jar") == 1 and set(ledger._pending_stages) == {9}
+    ledger.job_started(2, S, [9])      # the report that beat its job-start event still counts
+    assert ledger.count(S, "jar") == 1 and not ledger._pending_stages
+
+
+def test_a_bind_far_ahead_of_every_started_job_binds_nothing(ledger: BlobLedger) -> None:
+    ledger.put(S, "jar", transient=False)
+    ledger.job_started(1, S, [10])
+    ledger.job_ended(1, succeeded=True)
+    assert ledger.bind(S, "jar", 10 + PENDING_STAGES_KEPT + 1) is True
+    assert ledger.count(S, "jar") == 0 and ledger.is_staged(S, "jar")
+    assert ledger.bind(S, "jar", 10 + PENDING_STAGES_KEPT)  # within reach: held
+    assert ledger.count(S, "jar") == 1
+
+
+def test_pending_stages_and_receipts_are_capped(ledger: BlobLedger) -> None:
+    ledger.put(S, "jar", transient=False)
+    ledger.put(S, "msg", transient=True, receivers=1)
+    ledger.job_started(1, S, [2 * PENDING_STAGES_KEPT])  # so that every id below is in reach
+    for stage in range(PENDING_STAGES_KEPT + 50):
+        ledger.bind(S, "jar", stage)
+    assert len(ledger._pending_stages) == PENDING_STAGES_KEPT
+    assert ledger.count(S, "jar") == PENDING_STAGES_KEPT
+    assert min(ledger._pending_stages) == 50  # the oldest went first
+    for task in range(RECEIVING_TASKS_KEPT + 10):
+        ledger.received(S, "msg", task)
+    assert len(ledger._tasks) == RECEIVING_TASKS_KEPT and ledger.count(S, "msg") == 1

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from spark_steward.blob.keys import BlobKey, BlobRef, blob_relpath
-from spark_steward.blob.stores import (HaBlobStore, LocalBlobStore, Received, check_key,
-                                       discard, file_identity, temp_name)
+from spark_steward.blob.stores import (HaBlobStore, LocalBlobStore, NotRegularFile, Received,
+                                       check_key, discard, file_identity, open_blob, temp_name)
 from spark_steward.checksum import crc_of_file
 from spark_steward.errors import BlobNotFound, ChecksumMismatch, LocalSpaceFull, StewardError
 from spark_steward.lifecycle.refcount import RefCounts
@@ -159,7 +159,7 @@ class BlobCache:
         src = self.sources
         if src.driver_store is not None:
             driver_copy = src.driver_store.path(ref.scope, ref.key)
-            if driver_copy.is_file():
+            if file_identity(driver_copy) is not None:  # a regular file, not through a link
                 try:
                     install(lambda tmp: self._link_or_copy(driver_copy, tmp))
                     self.stats["linked"] += 1
@@ -186,8 +186,9 @@ class BlobCache:
                     errors.append(f"{name} attempt {attempt}: {exc}")
                     log.warning("fetching blob %s from %s failed (attempt %d of %d): %s",
                                 ref, name, attempt, src.attempts, exc)
-                    if isinstance(exc, BlobNotFound):
-                        break
+                    if isinstance(exc, BlobNotFound) or (
+                            name == "ha" and isinstance(exc, ChecksumMismatch)):
+                        break  # a stored copy that is other bytes stays so: next source
                     if attempt < src.attempts:
                         time.sleep(min(2.0, 0.1 * 2 ** attempt))  # a brief network hiccup
         raise BlobNotFound(f"blob {ref.key} ({ref.scope}) could not be fetched: "
@@ -196,11 +197,15 @@ class BlobCache:
     @staticmethod
     def _link_or_copy(source: Path, tmp: Path) -> tuple[int, int] | None:
         """Links the driver's copy (no bytes move); copies when linking is not possible.
-        Returns None: the result is read back and verified either way."""
+        Returns None: the result is read back and verified either way. Neither follows a
+        symlink put under the blob's name: only a regular file is taken."""
         try:
-            os.link(source, tmp)
+            os.link(source, tmp, follow_symlinks=False)
         except OSError:
-            shutil.copyfile(source, tmp)
+            with open_blob(source) as src, open_new(tmp) as out:
+                shutil.copyfileobj(src, out, 8 << 20)
+        if file_identity(tmp) is None:
+            raise NotRegularFile(f"{source} is not a regular blob file; refused")
         return None
 
     def _from_ha(self, ref: BlobRef) -> Callable[[Path], Received | None] | None:

@@ -137,7 +137,7 @@ class BlobDepot:
             key_lock = self._key_locks[(scope, key)]
         if not key_lock.acquire(timeout=self.io_timeout):
             raise StewardError(f"blob {key.short} ({scope}) has been checked or restored by "
-                               f"another request for over {self.io_timeout:.0f}s; retry later")
+                               f"another request for over {self.io_timeout:g}s; retry later")
         try:
             with self._lock:
                 known = self._verified.get((scope, key))

@@ -27,7 +27,11 @@ APPLICATION_SCOPE = "_app"
 ENDED_STAGES_KEPT = 10_000
 #: Most stages bound before any job named them (a bind that outran its job-start event: a few
 #: at a time in a real application). Beyond that the oldest is forgotten with its references,
-#: so reports naming made-up stages pin neither blobs nor memory.
+#: so reports naming made-up stages pin neither blobs nor memory. They are forgotten sooner
+#: too: when a job starts whose newest stage is newer (Spark numbers stages in submission order
+#: and posts each job's start before it creates the next job's stages, so a real stage older
+#: than a started job's is named by then). A bind naming a stage more than this many ids past
+#: the newest one a job named binds nothing: no real job runs that far ahead of its events.
 PENDING_STAGES_KEPT = 1024
 #: Most task attempts holding receipts whose end was not seen yet; beyond that the oldest
 #: receipt is forgotten (its transient blob then waits for its job's end or its scope).
@@ -108,6 +112,7 @@ class BlobLedger:
         self._jobs: dict[int, _Job] = {}
         self._stages: dict[int, _Stage] = {}
         self._pending_stages: OrderedDict[int, None] = OrderedDict()  # no job named them yet
+        self._newest_stage = -1  # the newest stage id a started job named
         self._tasks: dict[int, set[Blob]] = {}
         # Stages whose jobs all ended, bounded: a straggler's late bind must not pin a blob.
         self._ended_stages: OrderedDict[int, None] = OrderedDict()
@@ -191,6 +196,8 @@ class BlobLedger:
             return False
         if stage_id in self._ended_stages and stage_id not in self._stages:
             return True  # its jobs are over: a late report (straggler, speculation) binds nothing
+        if stage_id > self._newest_stage + PENDING_STAGES_KEPT:
+            return True  # no job of this application is that far ahead of its events
         stage = self._stages.setdefault(stage_id, _Stage())
         if blob in stage.blobs:
             return True
@@ -284,6 +291,9 @@ class BlobLedger:
                 self._attribute(job_id, blob)
                 if pending and not self._blobs[blob].transient:
                     self._refs.release(blob)  # the stage's reference passed to the job
+        self._newest_stage = max(self._newest_stage, *job.stages)
+        for stage_id in [s for s in self._pending_stages if s < self._newest_stage]:
+            self._forget_pending(stage_id)  # older than a started job's: no job of ours
 
     def job_ended(self, job_id: int, succeeded: bool) -> list[Deletion]:
         """Success releases the job's references. Failure keeps permanent ones (a retry needs
