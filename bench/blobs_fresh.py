@@ -25,13 +25,19 @@ default) is written once and every application ships that same file to the 8 tas
 
 Each application: creates its session (``getOrCreate``, timed: for steward it includes the
 attach), waits until both executors have registered (timed apart, not part of any figure
-below), ``os.sync()`` (untimed), the put or addFile (timed: "prepare"), ``os.sync()`` (untimed,
-reported: so no variant's job pays for the writeback of its own or another's copies), the
-first job (timed), ``os.sync()``, the same job again (timed, "second": warm). The variants run
-in an order rotated per round (``--rounds``). Printed: medians with (min..max) of each
-figure, and the ratios steward first / floor first, (put + first) / (addFile + first) and
-steward first / addFile first, each as the median of the per-round ratios (min..max) and as the
-ratio of the medians.
+below), idles ``--settle`` seconds (0 by default), ``os.sync()`` (untimed), the put or addFile
+(timed: "prepare"), ``os.sync()`` (untimed, reported: so no variant's job pays for the writeback
+of its own or another's copies), the first job (timed), ``os.sync()``, the same job again
+(timed, "second": warm). The variants run in an order rotated per round (``--rounds``).
+Printed: medians with (min..max) of each figure, and the ratios steward first / floor first,
+(put + first) / (addFile + first) and steward first / addFile first, each as the median of the
+per-round ratios (min..max) and as the ratio of the medians.
+
+With ``--settle 0`` the executors are still finishing their own start (class loading, JIT) when
+the first job arrives, and a variant whose session start or put takes longer gives them more
+time to do so: steward's attach (~1-2 s) and put hide part of what the floor's first job pays.
+That is what a user meets; ``--settle 10`` compares the jobs on executors that are idle and
+started.
 
 Where the first job's time goes: every task returns its process ids, wall-clock start and end
 and, read from ``/proc``, when its Python worker process and that worker's daemon started; so
@@ -45,12 +51,15 @@ same-host link of the driver's copy, its verification, the manifest records, the
 to the driver) and the read; and the cache's counters (linked, verified, hit).
 
     python bench/blobs_fresh.py [--size-mib 256] [--rounds 3] [--variants floor,steward,addFile]
-                                [--json FILE] [--verbose]
+                                [--settle 0] [--conf KEY=VALUE] [--json FILE] [--verbose]
 
-One application takes 10-20 s here (JVM and executor start dominate), so the default 3 rounds of
-3 variants take about 3 minutes at 256 MiB. Single jobs on this 2-core VM vary by ±20%, and the
-load of anything else running shows up in every figure: the load average before and after each
-application is recorded. ``--verbose`` prints each application's timeline per worker process.
+One application takes 18-30 s here (JVM, executor and Python worker start dominate), so the
+default 3 rounds of 3 variants take about 4 minutes at 256 MiB. Single jobs on this 2-core VM
+vary by ±20%, and the load of anything else running shows up in every figure: the load average
+before and after each application is recorded. ``--verbose`` prints each application's timeline
+per worker process. To measure a commit rather than the work tree, export it and put its
+``python/`` first on ``PYTHONPATH`` (with its shim jar built and its modules byte-compiled, as
+an installed wheel has them); executors get the same path.
 """
 
 from __future__ import annotations
@@ -207,6 +216,7 @@ def child(args: argparse.Namespace) -> int:
                 raise SystemExit(f"FAIL: {_executors(sc)} of {EXECUTORS} executors after 120 s")
             time.sleep(0.02)
         out["executors_wait"] = time.perf_counter() - start
+        time.sleep(args.settle)
         os.sync()
         start = time.perf_counter()
         if variant == "steward":
@@ -252,7 +262,8 @@ def steward_flags(storage: Path, local_dir: Path) -> list[str]:
                           check=True, capture_output=True, text=True).stdout.split()
 
 
-def run_application(variant: str, data: Path, tmp: Path, extra: list[str]) -> dict[str, Any]:
+def run_application(variant: str, data: Path, tmp: Path, extra: list[str],
+                    settle: float) -> dict[str, Any]:
     out = tmp / f"{variant}-{time.monotonic_ns()}.json"
     flags = ["--master", MASTER]
     for item in (*BASE_CONF, f"spark.local.dir={tmp / 'spark-local'}", *extra):
@@ -270,7 +281,7 @@ def run_application(variant: str, data: Path, tmp: Path, extra: list[str]) -> di
     start = time.perf_counter()
     result = subprocess.run([spark_submit(), *flags, str(Path(__file__).resolve()),
                              "--child", variant, "--data", str(data), "--out", str(out),
-                             "--launched", repr(launched)],
+                             "--launched", repr(launched), "--settle", repr(settle)],
                             capture_output=True, text=True, timeout=900, env=env)
     wall = time.perf_counter() - start
     if result.returncode != 0 or not out.exists():
@@ -443,6 +454,11 @@ def main() -> int:
                         help=f"comma-separated, of {', '.join(VARIANTS + DIAGNOSTIC)}")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a further Spark conf pair for every application")
+    parser.add_argument("--settle", type=float, default=0.0, metavar="SECONDS",
+                        help="idle time after the executors registered, before the put (0: as "
+                             "a user meets it; executors then finish starting during whatever "
+                             "comes first, which favours variants with a longer session start "
+                             "or put)")
     parser.add_argument("--json", help="write every application's figures and the summary")
     parser.add_argument("--verbose", action="store_true", help="per-application timelines")
     # Child mode: one application, run by spark-submit.
@@ -473,7 +489,7 @@ def main() -> int:
             print(f"round {round_no + 1}/{args.rounds}: {', '.join(order)}", file=sys.stderr,
                   flush=True)
             for variant in order:
-                app = run_application(variant, data, tmp, args.conf)
+                app = run_application(variant, data, tmp, args.conf, args.settle)
                 app["round"] = round_no
                 apps.append(app)
                 print(f"  {variant:<14} session {app['session']:6.3f}s  executors "
