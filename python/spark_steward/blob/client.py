@@ -21,6 +21,7 @@ import hashlib
 import io
 import logging
 import os
+import random
 import select
 import socket
 import ssl
@@ -28,6 +29,7 @@ import stat
 import struct
 import sys
 import threading
+import time
 from types import TracebackType
 from typing import Any, BinaryIO, Iterator
 
@@ -47,6 +49,8 @@ MAX_REPLY = 16 << 20
 #: Default receive chunk. Measured on 2 cores: 512 KiB-1 MiB beat 4 MiB clearly (the chunk
 #: stays in L2 between recv, crc32c and write); 256 KiB starts to pay per-call overhead.
 CHUNK = 1 << 20
+#: Pauses between handshakes the server cut short (each jittered by -50%..+50%).
+_HANDSHAKE_RETRY_PAUSES = (0.01, 0.03, 0.1, 0.3)
 #: Whether bodies are read with blocking MSG_WAITALL receives (see _bulk_receive).
 _WAITALL = sys.platform.startswith("linux")
 
@@ -153,8 +157,21 @@ class BlobClient:
             log.debug("blob server %s closed the idle connection; reconnecting", self.address)
             self._drop()
         if self._sock is None:
-            self._sock = self._connect()
+            self._sock = self._connect_with_retries()
         return self._sock
+
+    def _connect_with_retries(self) -> socket.socket:
+        """A handshake the server cut short (dropped in favour of newer connections while
+        someone floods it, or busy) is tried again at once, a few times with growing pauses:
+        it costs the flooder nothing to make the server drop us, so one try is not enough."""
+        for pause in _HANDSHAKE_RETRY_PAUSES:
+            try:
+                return self._connect()
+            except _HandshakeCut as e:
+                log.debug("blob server %s: %s; retrying the handshake in %.2fs", self.address,
+                          e, pause)
+                time.sleep(pause * (0.5 + random.random()))
+        return self._connect()
 
     def _connect(self) -> socket.socket:
         try:
@@ -173,8 +190,8 @@ class BlobClient:
                         f"certificate: {e.verify_message}") from None
             hello = self._read(sock)
             if hello.get("error") == "busy":
-                raise BlobServerUnavailable(f"blob server {self.address} is busy: "
-                                            f"{hello.get('message', '')}")
+                raise _HandshakeCut(f"blob server {self.address} is busy: "
+                                    f"{hello.get('message', '')}")
             if hello.get("protocol") != PROTOCOL_VERSION or not isinstance(hello.get("nonce"),
                                                                            str):
                 raise BlobProtocolError(f"blob server {self.address} speaks protocol "
@@ -183,8 +200,8 @@ class BlobClient:
             self._send(sock, {"auth": auth_proof(self._secret, hello["nonce"])})
             answer = self._read(sock)
             if answer.get("error") == "busy":
-                raise BlobServerUnavailable(f"blob server {self.address} is busy: "
-                                            f"{answer.get('message', '')}")
+                raise _HandshakeCut(f"blob server {self.address} is busy: "
+                                    f"{answer.get('message', '')}")
             if answer.get("error") == "auth":
                 raise AuthenticationFailed(f"blob server {self.address} rejected this client: "
                                            f"{answer.get('message', '')} (is the executor "
@@ -194,8 +211,8 @@ class BlobClient:
                                         f"with {answer!r:.200}")
         except (OSError, PeerClosed) as e:
             sock.close()
-            raise BlobServerUnavailable(f"blob server {self.address} closed or failed the "
-                                        f"connection during the handshake: {e}") from e
+            raise _HandshakeCut(f"blob server {self.address} closed or failed the "
+                                f"connection during the handshake: {e}") from e
         except BaseException:
             sock.close()
             raise
@@ -410,6 +427,10 @@ _BATCH = 512 << 10
 #: Bytes checksummed at a time behind the splice: a few ms of SHA-256, which the socket's
 #: receive buffer absorbs on a network link.
 _HASH_STEP = 4 << 20
+
+
+class _HandshakeCut(BlobServerUnavailable):
+    """The server answered the connection but ended or refused it before it was usable."""
 
 
 class _OutputFailed(Exception):
