@@ -4,6 +4,12 @@ recursive delete, checksummed records.
 Any fsspec URL works: ``file://`` (the embedded default), ``memory://`` for unit tests, ``s3://``
 and friends for durable HA storage. Paths given to :class:`Storage` methods are relative to the
 root and use ``/``; they are validated so nothing escapes the root.
+
+On a local filesystem every folder and file written here is its user's only (0700/0600,
+:mod:`spark_steward.private`): blob HA copies and checkpoint data must not be readable by every
+user of the host. Spark's and the JVM's own writes below (cached-table Parquet, checkpoint
+data) land in folders created here first, so they are out of other users' reach too. Other
+backends keep their own access control.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from fsspec.registry import known_implementations
 
 from spark_steward import records
 from spark_steward.errors import OutcomeUnknown, StorageBackendMissing, StorageError
+from spark_steward.private import make_dirs, open_new
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +140,10 @@ class Storage:
     @staticmethod
     def _write_local(target: str, data: bytes) -> None:
         directory = os.path.dirname(target)
-        os.makedirs(directory, exist_ok=True)
+        make_dirs(directory)
         tmp = os.path.join(directory, f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex}")
         try:
-            with open(tmp, "wb") as f:
+            with open_new(tmp, exclusive=True) as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
@@ -165,11 +172,14 @@ class Storage:
                 self.fs.put_file(local_path, target)
                 return
             directory = posixpath.dirname(target)
-            self.fs.makedirs(directory, exist_ok=True)
+            if self.is_local:
+                make_dirs(directory)
+            else:
+                self.fs.makedirs(directory, exist_ok=True)
             tmp = posixpath.join(directory, f".{posixpath.basename(target)}.tmp-{uuid.uuid4().hex}")
             try:
                 if self.is_local:
-                    with open(local_path, "rb") as src, open(tmp, "wb") as dst:
+                    with open(local_path, "rb") as src, open_new(tmp, exclusive=True) as dst:
                         shutil.copyfileobj(src, dst, 8 << 20)
                         dst.flush()
                         os.fsync(dst.fileno())

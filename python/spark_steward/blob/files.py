@@ -27,6 +27,7 @@ from spark_steward.blob.keys import BlobRef
 from spark_steward.config import BLOB_TRANSPARENT
 from spark_steward.errors import BlobNotFound, BlobServerUnavailable, StewardError
 from spark_steward.kernel import patches
+from spark_steward.private import make_dirs, open_new
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -53,14 +54,15 @@ def materialize(ref: BlobRef, form: str, name: str, blob_path: Path, files_root:
     if form == FILE:
         # Re-linked when the verified copy was replaced (re-fetched after corruption).
         if not dest.exists() or dest.stat().st_ino != blob_path.stat().st_ino:
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(dest.parent)
             tmp = dest.with_name(f".{name}.tmp-{os.getpid()}-{threading.get_ident()}")
             try:
                 os.link(blob_path, tmp)
             except OSError:
                 import shutil
 
-                shutil.copyfile(blob_path, tmp)
+                with open(blob_path, "rb") as src, open_new(tmp) as out:
+                    shutil.copyfileobj(src, out, 8 << 20)
             os.replace(tmp, dest)
         return dest
     archive_name = ref.name if form == ARCHIVE else f"{name}.tar"

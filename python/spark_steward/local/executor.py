@@ -15,6 +15,7 @@ from spark_steward.local.fs import FileLock
 from spark_steward.local.gc import sweep_local_folders
 from spark_steward.local.stores import LocalState
 from spark_steward.local.working_dir import WorkingDir
+from spark_steward.private import PRIVATE_FILE_MODE, make_dirs
 from spark_steward.kernel.executor import ExecutorRuntime, executor_runtime
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,9 @@ class ExecutorWorkingDir:
         end (a crash, no executor left here at the end, the host unreachable then)."""
         marker = self.runtime.work_dir / ".swept"
         try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            make_dirs(marker.parent)
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW,
+                             PRIVATE_FILE_MODE))
         except FileExistsError:
             return
         registry = ApplicationRegistry(self.runtime.storage,

@@ -17,8 +17,11 @@ from typing import Iterable, Protocol
 import crc32c as _crc32c
 
 from spark_steward.checksum import crc_of_file
+from spark_steward.private import PRIVATE_FILE_MODE, make_dirs
 
 CHUNK = 8 << 20
+# Every file the working dir makes is its user's only (private.py), and never a link's target.
+_CREATE = os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 class FileLock(Protocol):
@@ -83,7 +86,7 @@ class OsFs:
 
     def write_new(self, path: Path, chunks: Iterable[bytes]) -> tuple[int, int]:
         crc = size = 0
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(path, _CREATE | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE)
         try:
             with os.fdopen(fd, "wb", closefd=False) as out:
                 for chunk in chunks:
@@ -151,10 +154,10 @@ class OsFs:
         return found
 
     def makedirs(self, path: Path) -> None:
-        os.makedirs(path, exist_ok=True)
+        make_dirs(path)
 
     def touch(self, path: Path) -> float:
-        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+        fd = os.open(path, _CREATE | os.O_WRONLY, PRIVATE_FILE_MODE)
         try:
             os.utime(fd)
             return os.fstat(fd).st_mtime
@@ -170,7 +173,7 @@ class OsFs:
     def lock(self, path: Path, *, exclusive: bool, wait: bool) -> FileLock | None:
         mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB)
         while True:
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+            fd = os.open(path, _CREATE | os.O_RDWR, PRIVATE_FILE_MODE)
             try:
                 fcntl.flock(fd, mode)
             except BlockingIOError:

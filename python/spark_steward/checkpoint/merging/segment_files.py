@@ -37,6 +37,7 @@ from fsspec.spec import AbstractBufferedFile
 from spark_steward.checksum import crc32c_of, format_crc
 from spark_steward.errors import CheckpointCorrupt, CheckpointError, StorageError
 from spark_steward.checkpoint.merging.lifecycle import Segment
+from spark_steward.private import PRIVATE_FILE_MODE, make_dirs, open_new
 from spark_steward.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -262,8 +263,8 @@ def _append_local(storage: Storage, folder: str, writer_name: str, max_file_size
         rel = physical_file(folder, writer_name, n)
         url = storage.url_of(rel)
         try:
-            fd = os.open(storage.path(rel), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                         0o644)
+            fd = os.open(storage.path(rel), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+                         | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
         except OSError as exc:
             raise StorageError(f"could not open {url} to append a segment: {exc}") from exc
         try:
@@ -319,7 +320,7 @@ def _ensure_local_dir(storage: Storage, folder: str) -> None:
     if os.path.isdir(directory):
         return
     try:
-        os.makedirs(directory, exist_ok=True)
+        make_dirs(directory)
     except OSError as exc:
         raise StorageError(f"could not create {storage.url_of(folder)}: {exc}") from exc
     _fsync_dir(os.path.dirname(directory), storage.url_of(folder))
@@ -420,7 +421,7 @@ class _GroupWriter:
             try:
                 if storage.is_local:
                     try:
-                        self._out = open(path, "xb")  # noqa: SIM115 - closed in _close_current
+                        self._out = open_new(path, exclusive=True)  # closed in _close_current
                     except FileExistsError:
                         continue
                     self._wrote_local = True
