@@ -43,6 +43,8 @@ public final class AppEndCases {
         case "resolve": out = String.valueOf(LocalDirs.resolve(a[1])); break;
         case "normpath": out = LocalDirs.normpath(a[1]); break;
         case "safe": out = String.valueOf(LocalDirs.isSafeAppId(a[1])); break;
+        case "private": out = String.valueOf(LocalDirs.notPrivate(java.nio.file.Paths.get(a[1])));
+          break;
         case "remove": out = LocalDirs.removeAppFolder(a[1], a[2]); break;
         case "remove-concurrently": {
           List<Thread> threads = new ArrayList<>();
@@ -190,6 +192,36 @@ def test_the_local_dir_is_resolved_as_python_resolves_it(classes: Path, tmp_path
         java = run_java(classes, [f"resolve\t{configured}"], env=env, cwd=tmp_path)
         python = python_local_dir(configured, env, tmp_path)
         assert java == [python], name
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a dir of another user's needs chown (root)")
+def test_the_jvm_refuses_the_local_dirs_python_refuses(classes: Path, tmp_path: Path) -> None:
+    """Table replicas are written by executor JVMs, maybe before any Python task ran there:
+    they must not go into a local dir ``private.ensure_private_root`` would refuse."""
+    from spark_steward.errors import ConfigError
+    from spark_steward.private import ensure_private_root
+
+    (tmp_path / "ours").mkdir(mode=0o700)
+    (tmp_path / "readable").mkdir(mode=0o755)
+    (tmp_path / "writable").mkdir()
+    (tmp_path / "writable").chmod(0o777)
+    (tmp_path / "link").symlink_to(tmp_path / "ours")
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "theirs").mkdir(mode=0o700)
+    os.chown(tmp_path / "theirs", 65534, 65534)
+    names = ["ours", "readable", "missing", "writable", "link", "file", "theirs"]
+    java = run_java(classes, [f"private\t{tmp_path / n}" for n in names])
+    assert java == ["null", "null", "null", f"{tmp_path / 'writable'} is writable by other users",
+                    f"{tmp_path / 'link'} is a symbolic link",
+                    f"{tmp_path / 'file'} exists and is not a directory",
+                    f"{tmp_path / 'theirs'} is owned by uid 65534, not this user (uid 0)"]
+    for name, answer in zip(names, java):
+        try:
+            ensure_private_root(tmp_path / name, key="k")
+            refused = False
+        except ConfigError:
+            refused = True
+        assert refused == (answer != "null"), name
 
 
 def test_normpath_is_pythons(classes: Path) -> None:

@@ -16,6 +16,8 @@ import java.nio.file.SecureDirectoryStream;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributeView;
 import java.nio.file.attribute.BasicFileAttributes;
+import java.nio.file.attribute.FileAttribute;
+import java.nio.file.attribute.PosixFilePermission;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.security.SecureRandom;
 import java.util.ArrayDeque;
@@ -47,8 +49,57 @@ final class LocalDirs {
   private static final String[] TEMP_DIRS = {"/tmp", "/var/tmp", "/usr/tmp"};
   private static final char[] NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_".toCharArray();
   private static final SecureRandom RANDOM = new SecureRandom();
+  /**
+   * Python's {@code private.py} modes: what spark-steward makes in the local dir is its user's
+   * only (0700 folders, 0600 files), given at creation so nothing is ever briefly readable.
+   */
+  static final FileAttribute<Set<PosixFilePermission>> PRIVATE_DIR =
+      PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rwx------"));
+  static final FileAttribute<Set<PosixFilePermission>> PRIVATE_FILE =
+      PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------"));
 
   private LocalDirs() {}
+
+  /** {@code Files.createDirectories}, every folder it creates 0700. */
+  static void createPrivateDirectories(Path dir) throws IOException {
+    Files.createDirectories(dir, PRIVATE_DIR);
+  }
+
+  /**
+   * Why the local dir {@code root} must not receive this user's files, or null when it may (a
+   * missing one is created 0700): Python's {@code private.ensure_private_root} for a JVM that
+   * writes there before any Python task of the application ran on its host. A symbolic link,
+   * a directory of another user's, or one others may write is refused: its owner could read or
+   * swap what is put there.
+   */
+  static String notPrivate(Path root) {
+    try {
+      BasicFileAttributes basic = Files.readAttributes(root, BasicFileAttributes.class,
+          LinkOption.NOFOLLOW_LINKS);
+      if (basic.isSymbolicLink()) {
+        return root + " is a symbolic link";
+      }
+      if (!basic.isDirectory()) {
+        return root + " exists and is not a directory";
+      }
+      Set<PosixFilePermission> perms = Files.getPosixFilePermissions(root,
+          LinkOption.NOFOLLOW_LINKS);
+      if (perms.contains(PosixFilePermission.GROUP_WRITE)
+          || perms.contains(PosixFilePermission.OTHERS_WRITE)) {
+        return root + " is writable by other users";
+      }
+      Object owner = Files.getAttribute(root, "unix:uid", LinkOption.NOFOLLOW_LINKS);
+      long me = uid();
+      if (owner instanceof Integer && ((Integer) owner).longValue() != me) {
+        return root + " is owned by uid " + owner + ", not this user (uid " + me + ")";
+      }
+      return null;
+    } catch (NoSuchFileException e) {
+      return null;
+    } catch (IOException | UnsupportedOperationException | IllegalArgumentException e) {
+      return root + " cannot be checked: " + e;
+    }
+  }
 
   /** The working dir for {@code configured} (the conf value, or null) in this process. */
   static String resolve(String configured) {

@@ -15,6 +15,7 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.UUID;
 import java.util.zip.CRC32C;
@@ -121,12 +122,13 @@ final class LocalManifest {
     String envelope = "{\"body\":" + canonicalBody + ",\"crc32c\":\""
         + String.format("%08x", crc.getValue()) + "\",\"format\":1}\n";
     java.nio.file.Path path = path(entry, suffix);
-    Files.createDirectories(path.getParent());
+    LocalDirs.createPrivateDirectories(path.getParent());
     java.nio.file.Path tmp = path.resolveSibling(
         "." + path.getFileName() + ".tmp-" + UUID.randomUUID().toString().substring(0, 12));
     try {
-      try (FileChannel out = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW,
-          StandardOpenOption.WRITE)) {
+      try (FileChannel out = FileChannel.open(tmp,
+          Set.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE),
+          LocalDirs.PRIVATE_FILE)) {
         ByteBuffer bb = ByteBuffer.wrap(envelope.getBytes(StandardCharsets.UTF_8));
         while (bb.hasRemaining()) {
           out.write(bb);

@@ -14,6 +14,7 @@ import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
 import java.nio.file.attribute.FileTime;
 import java.util.Map;
+import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.zip.CRC32C;
@@ -52,6 +53,8 @@ public final class ReplicaFileSystem extends FileSystem {
   private static final Map<String, String> VERIFIED = new ConcurrentHashMap<>();
   /** One monitor per entry: a JVM cannot hold two FileLocks on one file (task threads). */
   private static final Map<String, Object> WRITERS = new ConcurrentHashMap<>();
+  /** Local dir -> why it must not hold replicas ("" when it may), checked once per JVM. */
+  private static final Map<String, String> ROOTS = new ConcurrentHashMap<>();
 
   private URI uri;
   private String appId;
@@ -155,6 +158,9 @@ public final class ReplicaFileSystem extends FileSystem {
   public FSDataInputStream open(Path f, int bufferSize) throws IOException {
     Path remotePath = toRemote(f);
     String entry = FOLDER + "/" + rel(f);
+    if (!privateRoot()) {
+      return remote.open(remotePath, bufferSize);
+    }
     try {
       java.nio.file.Path replica = replica(entry, remotePath);
       if (replica != null) {
@@ -167,6 +173,23 @@ public final class ReplicaFileSystem extends FileSystem {
     return remote.open(remotePath, bufferSize);
   }
 
+  /** Whether the local dir may hold replicas; a refused one is named once per JVM. */
+  private boolean privateRoot() {
+    java.nio.file.Path root = workDir.toAbsolutePath().getParent();
+    if (root == null) {
+      return true;
+    }
+    String problem = ROOTS.computeIfAbsent(root.toString(), k -> {
+      String why = LocalDirs.notPrivate(root);
+      if (why != null) {
+        LOG.warn("spark-steward: {}: {}; cached tables are read remotely on this host, without "
+            + "replicas", LocalDirs.LOCAL_DIR_KEY, why);
+      }
+      return why == null ? "" : why;
+    });
+    return problem.isEmpty();
+  }
+
   /** The verified replica of {@code entry}, made now when missing; null when it does not fit. */
   private java.nio.file.Path replica(String entry, Path remotePath) throws IOException {
     java.nio.file.Path file = workDir.resolve(entry);
@@ -175,7 +198,7 @@ public final class ReplicaFileSystem extends FileSystem {
       stampUse(file);
       return file;
     }
-    Files.createDirectories(file.getParent());
+    LocalDirs.createPrivateDirectories(file.getParent());
     synchronized (WRITERS.computeIfAbsent(file.toString(), k -> new Object())) {
       return replicate(entry, remotePath, file);
     }
@@ -185,7 +208,7 @@ public final class ReplicaFileSystem extends FileSystem {
       throws IOException {
     JsonNode record;
     try (FileChannel lockFile = FileChannel.open(sidecar(file, "write"),
-            StandardOpenOption.CREATE, StandardOpenOption.WRITE);
+            Set.of(StandardOpenOption.CREATE, StandardOpenOption.WRITE), LocalDirs.PRIVATE_FILE);
          FileLock writer = lockFile.lock()) {
       assert writer.isValid();
       record = manifest.read(entry, "rec");
@@ -231,8 +254,9 @@ public final class ReplicaFileSystem extends FileSystem {
     long copied = 0;
     byte[] buf = new byte[1 << 20];
     try (InputStream in = remote.open(remotePath);
-         FileChannel out = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW,
-             StandardOpenOption.WRITE)) {
+         FileChannel out = FileChannel.open(tmp,
+             Set.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE),
+             LocalDirs.PRIVATE_FILE)) {
       int n;
       while ((n = in.read(buf)) > 0) {
         crc.update(buf, 0, n);
@@ -305,7 +329,7 @@ public final class ReplicaFileSystem extends FileSystem {
     java.nio.file.Path use = sidecar(file, "use");
     try {
       if (!Files.exists(use)) {
-        Files.createFile(use);
+        Files.createFile(use, LocalDirs.PRIVATE_FILE);
       }
       Files.setLastModifiedTime(use, FileTime.fromMillis(System.currentTimeMillis()));
     } catch (IOException e) {
