@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
 from spark_steward.errors import NotInTask
+from spark_steward.private import ensure_private_root
 
 if TYPE_CHECKING:
     from spark_steward.config import StewardConf
@@ -44,9 +45,9 @@ class ExecutorContext:
     auth_token: str = field(repr=False)
     driver_host: str = ""
     server_port: int | None = None
-    conf: Mapping[str, str] = field(default_factory=dict)
     #: The blob server's pinned TLS certificate (PEM) when transfers are encrypted, else "".
     server_cert: str = ""
+    conf: Mapping[str, str] = field(default_factory=dict)
     #: ``module:function`` names each process calls once before its first task (the
     #: capabilities' executor setup, see ``RuntimeService.executor_setup``).
     setup: tuple[str, ...] = ()
@@ -74,6 +75,9 @@ class ExecutorRuntime:
         self.context = context
         self.pid = os.getpid()
         self.created_at = time.time()
+        # Checked once per process before anything goes there: refused (ConfigError, one line)
+        # when another user planted it or can write to it, as on the driver.
+        ensure_private_root(context.local_dir, key="spark.steward.local.dir")
         self.work_dir = Path(context.local_dir) / context.app_id
         self._components: dict[str, Any] = {}
         # Reentrant: a component's factory may register task-end hooks.

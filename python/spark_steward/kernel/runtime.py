@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 from spark_steward._version import __version__
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.config import (ENABLED, EVENTS_BATCH_SIZE, EVENTS_POLL_INTERVAL,
-                                  HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, PREFIX, SHIM_JAR,
-                                  STORAGE_DIR, StewardConf)
+                                  HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, LOCAL_DIR, PREFIX,
+                                  SHIM_JAR, STORAGE_DIR, StewardConf)
 from spark_steward.errors import ConfigError, DisabledForSession, NotAttached, SetupError
 from spark_steward.kernel import bootstrap, patches, session
 from spark_steward.kernel.dispatch import EventDispatcher
@@ -30,6 +30,7 @@ from spark_steward.kernel.jvm import PLUGIN_CLASS, EventBridgeHandle, SparkJvm, 
 from spark_steward.kernel.pump import EventPump
 from spark_steward.kernel.services import discover
 from spark_steward.kernel.shim import jar_path
+from spark_steward.private import ensure_private_root
 from spark_steward.storage import Storage
 
 if TYPE_CHECKING:
@@ -117,7 +118,12 @@ class DriverRuntime:
         self.steward_version = __version__
         # Explicit attach means "on" unless the context's conf says otherwise.
         self.enabled_by_default = conf.get(ENABLED) if conf.is_set(ENABLED) else explicit
+        # Before anything is written: a local dir another user planted or can write fails the
+        # attach with one line naming it, and so does the embedded default storage dir beside it.
+        ensure_private_root(conf.local_dir(), key=LOCAL_DIR.name)
         self.storage = Storage.from_url(conf.storage_dir(), **conf.storage_options())
+        if not conf.is_set(STORAGE_DIR) and self.storage.is_local:
+            ensure_private_root(self.storage.root, key=STORAGE_DIR.name)
         # The embedded default lives in the driver host's temp dir: executors share it only
         # where they run on the driver's host (local and local-cluster masters).
         self.storage_shared = conf.is_set(STORAGE_DIR) or self.jvm.master().startswith("local")
