@@ -196,3 +196,71 @@ def test_our_parent_in_a_sticky_shared_dir_is_fine(tmp_path: Path, open_umask: N
     root = shared / f"spark-steward-{os.getuid()}" / "local"
     ensure_private_root(root, key=KEY)
     assert mode(root.parent) == mode(root) == PRIVATE_DIR_MODE
+
+
+@needs_root
+def test_an_executor_runtime_refuses_a_planted_local_dir_before_using_it(tmp_path: Path) -> None:
+    """Executor hosts check the dir the driver named, as the driver does at attach."""
+    from spark_steward.kernel.executor import ExecutorContext, ExecutorRuntime
+
+    local = tmp_path / "local"
+    local.mkdir(mode=0o700)
+    os.chown(local, OTHER_UID, OTHER_UID)
+    context = ExecutorContext(app_id="app-1", storage_url=(tmp_path / "s").as_uri(),
+                              local_dir=str(local), auth_token="t")
+    with pytest.raises(ConfigError) as caught:
+        ExecutorRuntime(context)
+    assert str(caught.value) == (f"{KEY}: {local} is owned by uid {OTHER_UID}, not this user "
+                                 f"(uid {os.geteuid()}); use a directory of your own")
+    assert os.listdir(local) == []
+
+
+# -- the sites that write into the local dir and a local storage dir --------------------------
+
+def test_a_local_storage_dir_gets_private_folders_and_files(tmp_path: Path,
+                                                            open_umask: None) -> None:
+    from spark_steward.storage import Storage
+
+    storage = Storage.from_url(str(tmp_path / "root"))
+    storage.write_record("a/b/record.json", {"x": 1})
+    source = tmp_path / "source"
+    source.write_bytes(b"payload")
+    storage.upload("c/d/blob", str(source))
+    everything = [p for p in (tmp_path / "root").rglob("*")] + [tmp_path / "root"]
+    assert {p.name: mode(p) for p in everything} == {
+        "root": 0o700, "a": 0o700, "b": 0o700, "record.json": 0o600,
+        "c": 0o700, "d": 0o700, "blob": 0o600}
+
+
+def test_the_working_dir_disk_makes_private_files_folders_and_locks(tmp_path: Path,
+                                                                   open_umask: None) -> None:
+    from spark_steward.local.fs import OS_FS
+
+    OS_FS.makedirs(tmp_path / "w" / "x")
+    OS_FS.write_new(tmp_path / "w" / "x" / "data", [b"abc"])
+    OS_FS.touch(tmp_path / "w" / "use")
+    lock = OS_FS.lock(tmp_path / "w" / "lock", exclusive=True, wait=True)
+    assert lock is not None
+    lock.release()
+    assert {p.name: mode(p) for p in (tmp_path / "w").rglob("*")} == {
+        "x": 0o700, "data": 0o600, "use": 0o600, "lock": 0o600}
+    assert mode(tmp_path / "w") == 0o700
+
+
+def test_unpacked_archives_keep_only_their_owners_bits(tmp_path: Path, open_umask: None) -> None:
+    import io
+    import tarfile
+
+    from spark_steward.blob.archives import unpack_once
+
+    archive = tmp_path / "tools.tgz"
+    with tarfile.open(archive, "w:gz") as tf:
+        for name, member_mode in (("bin/run.sh", 0o755), ("README", 0o644)):
+            member = tarfile.TarInfo(name)
+            member.size, member.mode = 2, member_mode
+            tf.addfile(member, io.BytesIO(b"hi"))
+    dest = unpack_once(archive, "tools.tgz", tmp_path / "files" / "k" / "tools.tgz")
+    found = {str(p.relative_to(dest)): mode(p) for p in dest.rglob("*")}
+    assert found == {"bin": 0o700, "bin/run.sh": 0o700, "README": 0o600}
+    assert mode(dest) == mode(dest.parent) == mode(dest.parent.parent) == 0o700
+    assert mode(dest.with_name(".tools.tgz.unpack")) == 0o600
