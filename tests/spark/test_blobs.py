@@ -316,6 +316,14 @@ def test_add_file_and_spark_files_go_through_the_blob_service(spark: Any, runtim
     assert Path(SparkFiles.get("vocab.txt")).read_text() == "hello\nworld\n"  # driver side
 
 
+def test_the_driver_reads_a_blob_itself_from_its_verified_copy(runtime: Any) -> None:
+    data = os.urandom(1 << 16)
+    ref = spark_steward.blobs.put(data)
+    assert Path(spark_steward.blobs.get(ref)).read_bytes() == data
+    _driver_file(runtime, ref).unlink()  # gone: restored from HA, checked against the key
+    assert Path(spark_steward.blobs.get(ref)).read_bytes() == data
+
+
 def test_get_outside_a_task_and_without_runtime_is_a_clear_error() -> None:
     from spark_steward.errors import StewardError
 

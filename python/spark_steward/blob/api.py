@@ -93,7 +93,7 @@ def get(ref: BlobRef, *, unpack: bool = False, _received: bool = False) -> str:
             return str(blobs.unpacked(ref))
         return str(blobs.get(ref, received=_received))
     service = _service()
-    path = Path(service.require_depot().locate(ref.key, ref.scope).path)
+    path = service.require_depot().local_path(ref.key, ref.scope)
     if unpack:
         assert service.local_app_dir is not None
         return str(unpack_once(path, ref.name,

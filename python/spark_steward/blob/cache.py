@@ -168,10 +168,10 @@ class BlobCache:
                     raise
                 except (OSError, StewardError) as exc:
                     errors.append(f"driver copy {driver_copy}: {exc}")
-        for name, fill in (("ha", self._from_ha(ref)), ("server", self._from_server(ref))):
-            if fill is None:
+        for name, source in (("ha", self._from_ha(ref)), ("server", self._from_server(ref))):
+            if source is None:
                 continue
-            fill = _checked_against_key(ref, fill, name)
+            fill = _checked_against_key(ref, source, name)
             for attempt in range(1, src.attempts + 1):
                 try:
                     install(fill)

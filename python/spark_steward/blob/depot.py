@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from spark_steward.blob.keys import APPLICATION_SCOPE, BlobKey, BlobKind, BlobRef, \
@@ -154,6 +155,12 @@ class BlobDepot:
         finally:
             key_lock.release()
         return LocatedBlob(file, ref.size, ref.crc32c)
+
+    def local_path(self, key: BlobKey, scope: str) -> Path:
+        """The verified local copy's path, for reads on the driver itself (restored first when
+        it is gone or corrupt)."""
+        self.locate(key, scope).file.close()
+        return self.local.path(scope, key)
 
     def _restore(self, ref: BlobRef) -> None:
         if self.ha is None:

@@ -14,7 +14,7 @@ from spark_steward.blob.archives import unpack_once
 from spark_steward.blob.cache import BlobCache, BlobSources
 from spark_steward.blob.client import BlobClient
 from spark_steward.blob.keys import BlobKind, BlobRef
-from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
+from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, Received
 from spark_steward.config import (BLOB_FETCH_ATTEMPTS, BLOB_HA, BLOB_NETWORK_TIMEOUT,
                                   BLOB_RETENTION_INTERVAL, BLOB_SAME_HOST_LINK, STORAGE_DIR)
 from spark_steward.errors import BlobNotFound, StewardError

@@ -135,7 +135,7 @@ def driver_get(name: str) -> str | None:
         ref, form = service.depot.resolve(name)
     except BlobNotFound:
         return None
-    located = Path(service.require_depot().locate(ref.key, ref.scope).path)
+    located = service.require_depot().local_path(ref.key, ref.scope)
     assert service.local_app_dir is not None
     return str(materialize(ref, form, name, located, service.local_app_dir / "files"))
 
