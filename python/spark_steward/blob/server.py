@@ -352,20 +352,20 @@ class BlobServer:
         """Marks an unauthenticated connection dropped; the caller holds the lock."""
         conn.dropped = True
         conn.cut()  # its thread ends and unregisters it
-        self._pending.pop(conn, None)
-        self._pending_per_peer[conn.address] -= 1
-        if not self._pending_per_peer[conn.address]:
-            del self._pending_per_peer[conn.address]
+        self._leave_pending(conn)
         self._counts["connections_dropped"] += 1
         return conn
 
-    def _unregister(self, conn: _Connection) -> None:
-        """Forgets ``conn`` wherever it is counted; the caller holds the lock."""
-        if conn in self._pending:
-            self._pending.pop(conn)
+    def _leave_pending(self, conn: _Connection) -> None:
+        """Stops counting ``conn`` as in the handshake; the caller holds the lock."""
+        if self._pending.pop(conn, False) is None:  # it was there
             self._pending_per_peer[conn.address] -= 1
             if not self._pending_per_peer[conn.address]:
                 del self._pending_per_peer[conn.address]
+
+    def _unregister(self, conn: _Connection) -> None:
+        """Forgets ``conn`` wherever it is counted; the caller holds the lock."""
+        self._leave_pending(conn)
         self._live.pop(conn, None)
 
     def _authenticated_slot(self, conn: _Connection) -> bool:
@@ -373,10 +373,7 @@ class BlobServer:
         with self._lock:
             if conn.dropped or conn not in self._pending:
                 return False
-            self._pending.pop(conn)
-            self._pending_per_peer[conn.address] -= 1
-            if not self._pending_per_peer[conn.address]:
-                del self._pending_per_peer[conn.address]
+            self._leave_pending(conn)
             if self._authenticated >= self._max_connections:
                 self._counts["connections_refused"] += 1
                 return False
