@@ -32,7 +32,7 @@ def test_put_restore_fetch_and_scope_delete_on_s3(moto_endpoint: str, s3_bucket:
     assert storage.read_bytes(ha_rel) == DATA
     # The driver lost its local copy: restored from S3.
     depot.local.path(ref.scope, ref.key).unlink()
-    assert Path(depot.locate(ref.key, ref.scope).path).read_bytes() == DATA
+    assert depot.local_path(ref.key, ref.scope).read_bytes() == DATA
     # An executor on another host: its cache fetches from S3, never from the driver.
     cache = BlobCache(tmp_path / "cache", BlobSources(ha=HaBlobStore(storage, "app-1")))
     assert cache.get(ref, 1).read_bytes() == DATA and cache.stats["ha"] == 1
