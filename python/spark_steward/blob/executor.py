@@ -36,7 +36,7 @@ class ExecutorBlobs:
         self._files: dict[str, tuple[BlobRef, str]] = {}
         ha = None
         if conf.is_set(STORAGE_DIR) and conf.get(BLOB_HA):
-            ha = HaBlobStore(runtime.storage, context.app_id)
+            ha = HaBlobStore(lambda: runtime.storage, context.app_id)
         driver_store = None
         if conf.get(BLOB_SAME_HOST_LINK):
             driver_store = LocalBlobStore(runtime.work_dir / "blobs")

@@ -16,6 +16,7 @@ name is refused without being opened for reading (a FIFO would block the reader)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -282,10 +283,16 @@ class LocalBlobStore:
 class HaBlobStore:
     """The durable copy: ``<storage>/apps/<appId>/blobs/<scopeId>/<key>`` on any fsspec URL."""
 
-    def __init__(self, storage: Storage, app_id: str) -> None:
-        self.storage = storage
+    def __init__(self, storage: Storage | Callable[[], Storage], app_id: str) -> None:
+        self._storage = storage
         self.app_id = app_id
         self.base = f"apps/{app_id}/blobs"
+
+    @functools.cached_property
+    def storage(self) -> Storage:
+        """The storage, opened on first use when given as a factory: an executor whose blobs
+        all come from a same-host link never pays for importing fsspec."""
+        return self._storage() if callable(self._storage) else self._storage
 
     def rel(self, scope: str, key: BlobKey) -> str:
         return f"{self.base}/{blob_relpath(scope, key)}"
