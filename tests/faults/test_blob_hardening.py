@@ -10,12 +10,12 @@ crc32c (tests/spark/scripts/crc32c_forge.py): only a check against the key can t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
 import logging
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,11 +35,12 @@ from spark_steward.blob.client import BlobClient
 from spark_steward.blob.depot import BlobDepot
 from spark_steward.blob.keys import BlobKey, BlobKind, BlobRef
 from spark_steward.blob.lifecycle import PENDING_STAGES_KEPT, RECEIVING_TASKS_KEPT
-from spark_steward.blob.protocol import auth_proof, encode_frame, exact_reader, read_frame
+from spark_steward.blob.protocol import auth_proof, encode_frame
 from spark_steward.blob.server import BlobServer, LocatedBlob
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, Received
 from spark_steward.errors import BlobNotFound, BlobServerUnavailable, StewardError
 from spark_steward.storage import Storage
+from tests.faults import blob_wire
 from tests.spark.scripts.crc32c_forge import forged_twin
 
 SECRET = "hardening-secret-9d2e"
@@ -180,36 +181,7 @@ class GoodClient(threading.Thread):
         assert self.served >= at_least, f"only {self.served} gets served"
 
 
-class RawConnection:
-    """A hand-driven client (from a chosen loopback source address)."""
-
-    def __init__(self, address: tuple[str, int], *, source: str = "127.0.0.1",
-                 authenticate: bool = True) -> None:
-        self.sock = socket.create_connection(address, timeout=5, source_address=(source, 0))
-        self._recv_exactly = exact_reader(self.sock.recv_into)
-        self.hello = self.read()
-        if authenticate:
-            assert self.request({"auth": auth_proof(SECRET, self.hello["nonce"])}) == {"ok": True}
-
-    def read(self) -> dict[str, Any]:
-        return read_frame(self._recv_exactly, 1 << 20)
-
-    def request(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.sock.sendall(encode_frame(obj))
-        return self.read()
-
-    def closed_by_server(self) -> bool:
-        try:
-            while self.sock.recv(65536):
-                pass
-            return True
-        except ConnectionResetError:
-            return True
-        except TimeoutError:
-            return False
-
-    def close(self) -> None:
-        self.sock.close()
+RawConnection = functools.partial(blob_wire.RawConnection, secret=SECRET)
 
 
 def in_thread(work: Callable[[], Any], name: str) -> tuple[threading.Thread, list[Any]]:
@@ -576,6 +548,18 @@ def test_server_sending_forged_bytes_with_the_right_crc_is_refused_by_the_execut
     wait_for(lambda: srv.stats.blobs_served == 4 + good.served)
 
 
+
+def _with_and_without_ha(tmp_path: Path, ha_storage: Storage, serve: Serve, **options: Any
+                         ) -> Iterator[tuple[bool, BlobDepot, BlobRef, BlobRef, tuple[str, int]]]:
+    """A served depot holding DATA and OTHER, first with an HA store, then without one."""
+    for with_ha in (True, False):
+        root = tmp_path / ("with-ha" if with_ha else "without-ha")
+        depot = make_depot(root, ha_storage if with_ha else None, **options)
+        ref = depot.put_bytes(DATA)
+        other = depot.put_bytes(OTHER)
+        _, address = serve(depot)
+        yield with_ha, depot, ref, other, address
+
 def test_symlink_under_a_blobs_name_is_never_followed(
         tmp_path: Path, ha_storage: Storage, serve: Serve) -> None:
     """A symlink from the driver's store to a file outside it, with forged bytes of the blob's
@@ -586,12 +570,7 @@ def test_symlink_under_a_blobs_name_is_never_followed(
     target = outside / "payload"
     forged = forged_twin(DATA)
     target.write_bytes(forged)
-    for with_ha in (True, False):
-        root = tmp_path / ("with-ha" if with_ha else "without-ha")
-        depot = make_depot(root, ha_storage if with_ha else None)
-        ref = depot.put_bytes(DATA)
-        other = depot.put_bytes(OTHER)
-        _, address = serve(depot)
+    for with_ha, depot, ref, other, address in _with_and_without_ha(tmp_path, ha_storage, serve):
         path = local_file(depot, ref)
         with GoodClient(address, other.key, OTHER) as good:
             path.unlink()
@@ -644,12 +623,8 @@ def test_fifo_under_a_blobs_name_blocks_nothing(
         tmp_path: Path, ha_storage: Storage, serve: Serve) -> None:
     """A FIFO (nobody writing) under a blob's name: the request returns at once (restored from
     HA, or not found without HA) while another blob is fetched and a put goes on."""
-    for with_ha in (True, False):
-        root = tmp_path / ("with-ha" if with_ha else "without-ha")
-        depot = make_depot(root, ha_storage if with_ha else None, io_timeout=2.0)
-        ref = depot.put_bytes(DATA)
-        other = depot.put_bytes(OTHER)
-        _, address = serve(depot)
+    for with_ha, depot, ref, other, address in _with_and_without_ha(tmp_path, ha_storage, serve,
+                                                                    io_timeout=2.0):
         path = local_file(depot, ref)
         with GoodClient(address, other.key, OTHER) as good:
             path.unlink()

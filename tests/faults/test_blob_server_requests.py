@@ -6,6 +6,7 @@ cost anyone else.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import logging
@@ -24,12 +25,12 @@ import pytest
 from spark_steward.blob import client as client_module
 from spark_steward.blob.client import BlobClient
 from spark_steward.blob.keys import BlobKey
-from spark_steward.blob.protocol import (auth_proof, encode_frame, exact_reader, new_nonce,
-                                         read_frame)
+from spark_steward.blob.protocol import encode_frame, exact_reader, new_nonce, read_frame
 from spark_steward.blob.server import BlobServer, LocatedBlob
 from spark_steward.errors import (AuthenticationFailed, BlobNotFound, BlobProtocolError,
                                   BlobServerUnavailable, ChecksumMismatch, ScopeError,
                                   StewardError)
+from tests.faults import blob_wire
 
 SECRET = "test-secret-4f1c"
 SCOPE = "_app"
@@ -112,39 +113,7 @@ def key(blobs: Blobs, blob_data: tuple[Path, bytes]) -> BlobKey:
     return blobs.add(blob_data[0])
 
 
-class RawConnection:
-    """A hand-driven client, for requests BlobClient would never send."""
-
-    def __init__(self, address: tuple[str, int], *, authenticate: bool = True) -> None:
-        self.sock = socket.create_connection(address, timeout=5)
-        self._recv_exactly = exact_reader(self.sock.recv_into)
-        self.hello = self.read()
-        if authenticate:
-            assert self.request({"auth": auth_proof(SECRET, self.hello["nonce"])}) == {"ok": True}
-
-    def read(self) -> dict[str, Any]:
-        return read_frame(self._recv_exactly, 1 << 20)
-
-    def read_bytes(self, n: int) -> bytes:
-        return self._recv_exactly(n)
-
-    def request(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.sock.sendall(encode_frame(obj))
-        return self.read()
-
-    def closed_by_server(self) -> bool:
-        """Whether the server ends the stream (after anything it still had to say)."""
-        try:
-            while self.sock.recv(65536):
-                pass
-            return True
-        except ConnectionResetError:
-            return True
-        except TimeoutError:
-            return False
-
-    def close(self) -> None:
-        self.sock.close()
+RawConnection = functools.partial(blob_wire.RawConnection, secret=SECRET)
 
 
 def fetch(client: BlobClient, key: BlobKey, chunk: int = 1 << 20) -> tuple[bytes, int]:
