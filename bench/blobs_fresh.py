@@ -340,9 +340,6 @@ def spread(values: list[float]) -> str:
 def summarize(apps: list[dict[str, Any]], variants: list[str], rounds: int,
               size_mib: int) -> dict[str, Any]:
     by = {v: [a for a in apps if a["variant"] == v] for v in variants}
-    fields = ("session", "executors_wait", "prepare", "sync_after_prepare", "first", "second",
-              "submit_wall")
-
     def values(variant: str, field: str) -> list[float]:
         got = []
         for app in by.get(variant, []):

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, NamedTuple
 import crc32c as _crc32c
 
 from spark_steward.blob.keys import BlobKey, blob_relpath, validate_scope_id
-from spark_steward.checksum import crc_of_fd, crc_of_file
+from spark_steward.checksum import crc_of_fd
 from spark_steward.errors import BlobNotFound, ChecksumMismatch
 from spark_steward.private import make_dirs, open_new
 
