@@ -33,12 +33,12 @@ import time
 from types import TracebackType
 from typing import Any, BinaryIO, Iterator
 
-import crc32c as _crc32c
 
 from spark_steward.blob.keys import BlobKey, validate_scope_id
 from spark_steward.blob.protocol import (PROTOCOL_VERSION, PeerClosed, auth_proof,
                                          encode_frame, exact_reader, read_frame)
 from spark_steward.blob.stores import Received
+from spark_steward.checksum import crc32c_update
 from spark_steward.errors import (AuthenticationFailed, BlobNotFound, BlobProtocolError,
                                   BlobServerUnavailable, ChecksumMismatch, StewardError)
 
@@ -285,7 +285,7 @@ class BlobClient:
                                                 f"{size} bytes")
                     got += k
                 part = view[:want]
-                value = _crc32c.crc32c(part, value)
+                value = crc32c_update(part, value)
                 sha.update(part)
                 try:
                     written = out.write(part)
@@ -456,7 +456,7 @@ class _RunningDigest:
                     if not n:
                         return  # shorter than written: finish() reports it
                     part = view[:n]
-                    self.crc32c = int(_crc32c.crc32c(part, self.crc32c))
+                    self.crc32c = int(crc32c_update(part, self.crc32c))
                     self.sha.update(part)
                     self.done += n
         except BaseException as e:  # reported by finish()

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, NamedTuple
 
-import crc32c as _crc32c
 
 from spark_steward.blob.keys import BlobKey, blob_relpath, validate_scope_id
-from spark_steward.checksum import crc_of_fd
+from spark_steward.checksum import crc32c_update, crc_of_fd
 from spark_steward.errors import BlobNotFound, ChecksumMismatch
 from spark_steward.private import make_dirs, open_new
 
@@ -65,7 +64,7 @@ def digest_file(path: str | os.PathLike[str], copy_to: BinaryIO | None = None) -
                 break
             chunk = view[:n]
             sha.update(chunk)
-            crc = _crc32c.crc32c(chunk, crc)
+            crc = crc32c_update(chunk, crc)
             if copy_to is not None:
                 copy_to.write(chunk)
             size += n
@@ -73,7 +72,7 @@ def digest_file(path: str | os.PathLike[str], copy_to: BinaryIO | None = None) -
 
 
 def digest_bytes(data: bytes | bytearray | memoryview) -> Digest:
-    return Digest(BlobKey(hashlib.sha256(data).hexdigest()), _crc32c.crc32c(data), len(data))
+    return Digest(BlobKey(hashlib.sha256(data).hexdigest()), crc32c_update(data), len(data))
 
 
 class Received(NamedTuple):
@@ -314,7 +313,7 @@ class HaBlobStore:
         sha = hashlib.sha256()
         with self.storage.open_read(self.rel(scope, key)) as src, open_new(dest) as out:
             while chunk := src.read(CHUNK):
-                crc = _crc32c.crc32c(chunk, crc)
+                crc = crc32c_update(chunk, crc)
                 sha.update(chunk)
                 size += len(chunk)
                 out.write(chunk)

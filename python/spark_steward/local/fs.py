@@ -14,9 +14,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Protocol
 
-import crc32c as _crc32c
-
-from spark_steward.checksum import crc_of_file
+from spark_steward.checksum import crc32c_update, crc_of_file
 from spark_steward.private import PRIVATE_FILE_MODE, make_dirs
 
 CHUNK = 8 << 20
@@ -91,7 +89,7 @@ class OsFs:
             with os.fdopen(fd, "wb", closefd=False) as out:
                 for chunk in chunks:
                     out.write(chunk)
-                    crc = _crc32c.crc32c(chunk, crc)
+                    crc = crc32c_update(chunk, crc)
                     size += len(chunk)
             os.fsync(fd)
         finally:
