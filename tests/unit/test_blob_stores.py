@@ -66,7 +66,7 @@ def test_verify_removes_a_corrupt_copy(tmp_path: Path) -> None:
     raw = bytearray(path.read_bytes())
     raw[100] ^= 1
     path.write_bytes(bytes(raw))
-    assert not store.verify("_app", ref.key, ref.crc32c, ref.size)
+    assert store.open_verified("_app", ref.key, ref.crc32c, ref.size, None) is None
     assert not path.exists()
 
 

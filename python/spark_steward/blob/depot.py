@@ -144,8 +144,9 @@ class BlobDepot:
                 known = self._verified.get((scope, key))
             found = self.local.open_verified(scope, key, ref.crc32c, ref.size, known)
             if found is None:
-                self._restore(ref)
-                found = self.local.open_verified(scope, key, ref.crc32c, ref.size, None)
+                # Checked against its key on the way in: not read again for its crc32c.
+                restored = self._restore(ref)
+                found = self.local.open_verified(scope, key, ref.crc32c, ref.size, restored)
                 if found is None:
                     raise BlobNotFound(f"blob {key} ({scope}) vanished right after its restore")
             file, identity = found
@@ -162,7 +163,9 @@ class BlobDepot:
         self.locate(key, scope).file.close()
         return self.local.path(scope, key)
 
-    def _restore(self, ref: BlobRef) -> None:
+    def _restore(self, ref: BlobRef) -> Identity | None:
+        """Installs the HA copy, checked against the key; returns the installed file's
+        identity."""
         if self.ha is None:
             raise BlobNotFound(f"local copy of blob {ref.key} ({ref.scope}) is missing or corrupt "
                                "and there is no HA copy (spark.steward.storage.dir not set)")
@@ -170,13 +173,14 @@ class BlobDepot:
         log.warning("restoring blob %s (%s) from %s", ref.key.short, ref.scope,
                     ha.url_of(ref.scope, ref.key))
         try:
-            self.local.install(ref.scope, ref.key, ref.size,
-                               lambda tmp: ha.download(ref.scope, ref.key, tmp))
+            path = self.local.install(ref.scope, ref.key, ref.size,
+                                      lambda tmp: ha.download(ref.scope, ref.key, tmp))
         except FileNotFoundError:
             raise BlobNotFound(f"blob {ref.key} ({ref.scope}) is gone from the local store and "
                                f"from {ha.url_of(ref.scope, ref.key)}") from None
         except ChecksumMismatch as exc:
             raise BlobNotFound(f"HA copy of blob {ref.key} is corrupt: {exc}") from None
+        return file_identity(path)
 
     def register_file(self, name: str, ref: BlobRef, form: str) -> None:
         """Makes ``ref`` reachable by ``SparkFiles.get(name)`` (transparent mode).

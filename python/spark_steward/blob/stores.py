@@ -261,14 +261,6 @@ class LocalBlobStore:
         discard(path)
         return None
 
-    def verify(self, scope: str, key: BlobKey, expected_crc: int, expected_size: int) -> bool:
-        """True when the stored copy exists and matches; a mismatching copy is removed."""
-        found = self.open_verified(scope, key, expected_crc, expected_size, None)
-        if found is None:
-            return False
-        found[0].close()
-        return True
-
     def delete(self, scope: str, key: BlobKey) -> None:
         discard(self.path(scope, key))
 
