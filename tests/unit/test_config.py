@@ -30,17 +30,20 @@ from spark_steward.errors import ConfigError, StewardError
 # -- the key types ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw", ["true", "TRUE", "True", " yes ", "on", "1", "On"])
+@pytest.mark.parametrize("raw", ["true", "TRUE", "True", " true "])
 def test_bool_true_spellings(raw: str) -> None:
     assert BOOL.parse(raw) is True
 
 
-@pytest.mark.parametrize("raw", ["false", "FALSE", "no", " off", "0", "No"])
+@pytest.mark.parametrize("raw", ["false", "FALSE", " False\t"])
 def test_bool_false_spellings(raw: str) -> None:
     assert BOOL.parse(raw) is False
 
 
-@pytest.mark.parametrize("raw", ["", "maybe", "2", "y", "tru", "t"])
+# Spark refuses these for its own boolean keys, and so does the JVM shim: accepting them on the
+# Python side alone would turn spark-steward on in one process and off (or failing) in another.
+@pytest.mark.parametrize("raw", ["", "maybe", "2", "y", "tru", "t", "yes", "on", "1", "no",
+                                 "off", "0"])
 def test_bool_rejects_anything_else(raw: str) -> None:
     with pytest.raises(ValueError):
         BOOL.parse(raw)
@@ -254,7 +257,7 @@ def test_from_pairs_types_values_and_ignores_other_keys(caplog: pytest.LogCaptur
         conf = StewardConf.from_pairs([
             ("spark.app.name", "x"),
             ("spark.stewardship", "not ours"),
-            ("spark.steward.enabled", "yes"),
+            ("spark.steward.enabled", "TRUE"),
             ("spark.steward.heartbeat.interval", "3s"),
             ("spark.steward.storage.dir", " memory://s "),
         ])

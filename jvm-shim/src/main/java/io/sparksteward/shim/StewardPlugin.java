@@ -19,6 +19,23 @@ import org.apache.spark.api.plugin.SparkPlugin;
  */
 public final class StewardPlugin implements SparkPlugin {
 
+  /**
+   * A spark-steward boolean exactly as Python's config parses it and Spark parses its own keys:
+   * {@code true}/{@code false} in any case, blanks around ignored; anything else stops the start
+   * with one line naming the key and value, as Python's ConfigError does.
+   */
+  static boolean parseBool(String key, String raw) {
+    String value = raw.trim();
+    if (value.equalsIgnoreCase("true")) {
+      return true;
+    }
+    if (value.equalsIgnoreCase("false")) {
+      return false;
+    }
+    throw new IllegalArgumentException(
+        key + "='" + raw + "' is not valid: expected true or false");
+  }
+
   @Override
   public DriverPlugin driverPlugin() {
     return new Driver();
@@ -36,7 +53,7 @@ public final class StewardPlugin implements SparkPlugin {
 
     @Override
     public Map<String, String> init(SparkContext sc, PluginContext pluginContext) {
-      if (!sc.conf().getBoolean("spark.steward.enabled", false)) {
+      if (!parseBool("spark.steward.enabled", sc.conf().get("spark.steward.enabled", "false"))) {
         return Collections.emptyMap();
       }
       bridge = EventBridge.install(sc);
