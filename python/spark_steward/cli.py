@@ -20,8 +20,6 @@ from spark_steward._version import __version__
 from spark_steward.config import ENABLED, LOCAL_DIR, STORAGE_DIR, render_markdown_table
 from spark_steward.errors import StewardError
 
-from spark_steward.kernel.jvm import PLUGIN_CLASS
-
 if TYPE_CHECKING:
     from spark_steward.applications import ApplicationRegistry
     from spark_steward.gc import GcReport, Progress
@@ -39,7 +37,11 @@ def cmd_jar(args: argparse.Namespace) -> int:
 
 
 def conf_pairs(storage: str | None, local_dir: str | None) -> list[tuple[str, str]]:
-    pairs = [("spark.plugins", PLUGIN_CLASS), ("spark.jars", _jar()), (ENABLED.name, "true")]
+    """The keys that enable spark-steward. No ``spark.plugins`` or ``spark.jars``: a value given
+    with ``--conf`` would replace the platform's own (spark-defaults.conf, ``--jars``); the
+    driver adds the plugin and the jar after them as its context starts
+    (:mod:`spark_steward.kernel.autoload`)."""
+    pairs = [(ENABLED.name, "true")]
     if storage:
         pairs.append((STORAGE_DIR.name, storage))
     if local_dir:

@@ -156,6 +156,48 @@ def require_jvm(sc: Any) -> None:
         raise SetupError(_NO_JVM)
 
 
+# -- a context about to start ------------------------------------------------------------------
+
+def _conf_list(jconf: Any, key: str) -> list[str]:
+    raw = str(jconf.get(key, ""))
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def enroll_shim(jvm: Any, jconf: Any, jar: str) -> list[str]:
+    """Adds the plugin and the shim jar to the conf of a SparkContext about to start, after
+    whatever is there already: the platform's spark-defaults.conf, a ``--properties-file``,
+    ``--jars`` and ``--conf`` all reach ``jconf`` first, so nothing of theirs is replaced. The
+    jar also joins the driver's class loader (the one SparkContext loads plugins with) when the
+    plugin class is not loadable yet. Returns the keys changed, for the log."""
+    changed = []
+    plugins = _conf_list(jconf, "spark.plugins")
+    if PLUGIN_CLASS not in plugins + _conf_list(jconf, "spark.plugins.defaultList"):
+        jconf.set("spark.plugins", ",".join([*plugins, PLUGIN_CLASS]))
+        changed.append("spark.plugins")
+    jars = _conf_list(jconf, "spark.jars")
+    name = os.path.basename(jar)
+    if not any(entry.rstrip("/").rsplit("/", 1)[-1] == name for entry in jars):
+        jconf.set("spark.jars", ",".join([*jars, jar]))
+        changed.append("spark.jars")
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    from py4j.protocol import Py4JError
+
+    try:
+        jvm.java.lang.Class.forName(PLUGIN_CLASS, False, loader)
+        return changed
+    except Py4JError:
+        pass
+    try:
+        loader.addURL(jvm.java.io.File(jar).toURI().toURL())
+    except Py4JError as exc:
+        raise SetupError(
+            f"spark-steward cannot add its JVM shim {jar} to the driver's class loader "
+            f"({loader.getClass().getName()}: {java_message(exc)}); pass it yourself with "
+            f"--jars {jar} (or spark.jars)") from None
+    changed.append("driver class path")
+    return changed
+
+
 # -- the shim on executors ----------------------------------------------------------------------
 
 def _jar_file(sc: "SparkContext") -> str:
@@ -234,9 +276,9 @@ def put_dataframe_handle(df: "DataFrame", handle: Any) -> None:
 
 def to_dataframe(handle: Any, spark: "SparkSession") -> "DataFrame":
     """A classic pyspark DataFrame over the JVM Dataset ``handle``."""
-    from pyspark.sql.classic.dataframe import DataFrame
+    from spark_steward.kernel.compat import classic_dataframe_class
 
-    return DataFrame(handle, spark)
+    return classic_dataframe_class()(handle, spark)
 
 
 def rdd_handle(rdd: "RDD[Any]") -> Any:
@@ -246,10 +288,11 @@ def rdd_handle(rdd: "RDD[Any]") -> Any:
 
 def to_rdd(handle: Any, sc: "SparkContext", serializer: "Serializer | None" = None) -> "RDD[Any]":
     """A pyspark RDD over the JavaRDD ``handle`` (raw ``bytes`` elements by default)."""
-    from pyspark.rdd import RDD
     from pyspark.serializers import NoOpSerializer
 
-    return RDD(handle, sc, serializer if serializer is not None else NoOpSerializer())
+    from spark_steward.kernel.compat import rdd_class
+
+    return rdd_class()(handle, sc, serializer if serializer is not None else NoOpSerializer())
 
 
 def ensure_callback_server(sc: "SparkContext") -> None:

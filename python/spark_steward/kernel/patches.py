@@ -47,6 +47,8 @@ _DATAFRAME = ("pyspark.sql.classic.dataframe", "pyspark.sql.dataframe")
 #: tables.
 POINTS: tuple[PatchPoint, ...] = (
     PatchPoint("SparkContext._do_init", _CONTEXT, "SparkContext", "_do_init"),
+    PatchPoint("SparkContext._initialize_context", _CONTEXT, "SparkContext",
+               "_initialize_context"),
     PatchPoint("SparkContext.stop", _CONTEXT, "SparkContext", "stop"),
     PatchPoint("rdd._prepare_for_python_RDD", _RDD, None, "_prepare_for_python_RDD"),
     PatchPoint("SparkContext.addFile", _CONTEXT, "SparkContext", "addFile"),

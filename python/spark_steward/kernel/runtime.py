@@ -21,7 +21,8 @@ from spark_steward.applications import ApplicationRegistry
 from spark_steward.config import (ENABLED, EVENTS_BATCH_SIZE, EVENTS_POLL_INTERVAL,
                                   HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, LOCAL_DIR, PREFIX,
                                   SHIM_JAR, STORAGE_DIR, StewardConf)
-from spark_steward.errors import ConfigError, DisabledForSession, NotAttached, SetupError
+from spark_steward.errors import (ConfigError, DisabledForSession, NotAttached, SetupError,
+                                  StorageError)
 from spark_steward.kernel import bootstrap, patches, session
 from spark_steward.kernel.dispatch import EventDispatcher
 from spark_steward.kernel.executor import ExecutorContext
@@ -287,7 +288,7 @@ def current_runtime() -> DriverRuntime | None:
 def attach(spark: Any = None, *, explicit: bool = True) -> DriverRuntime:
     """Attaches spark-steward to the SparkContext of ``spark`` (a SparkSession or SparkContext;
     the active one when None) and returns the runtime. Idempotent per SparkContext."""
-    global _current, _atexit_registered
+    global _current, _atexit_registered, _unavailable
     from pyspark import SparkContext
 
     if spark is None:
@@ -303,7 +304,7 @@ def attach(spark: Any = None, *, explicit: bool = True) -> DriverRuntime:
             _current.stop("a new SparkContext replaced it")
         runtime = DriverRuntime(sc, explicit=explicit)
         runtime.start()
-        _current = runtime
+        _current, _unavailable = runtime, None
         install_patches()
         if not _atexit_registered:
             atexit.register(_detach_at_exit)
@@ -324,10 +325,29 @@ def _detach_at_exit() -> None:
     detach("interpreter exit")
 
 
+#: Why the automatic attach of a context failed on its storage: (that context, the reason).
+_unavailable: tuple[Any, str] | None = None
+
+
+def mark_unavailable(sc: "SparkContext", reason: str) -> None:
+    """Records that ``sc`` runs without spark-steward because its storage failed at start;
+    :func:`runtime_for` raises the reason to every explicit call."""
+    global _unavailable
+    _unavailable = (sc, reason)
+
+
 def runtime_for(spark: "SparkSession | None" = None) -> DriverRuntime:
-    """The runtime, checked to be on for ``spark``; raises NotAttached or DisabledForSession."""
+    """The runtime, checked to be on for ``spark``; raises NotAttached or DisabledForSession
+    (StorageError when the storage failed the attach at the context's start)."""
     runtime = current_runtime()
     if runtime is None:
+        from pyspark import SparkContext
+
+        if _unavailable is not None and _unavailable[0] is SparkContext._active_spark_context:
+            raise StorageError(
+                "spark-steward is off for this application: its storage failed at start "
+                f"({_unavailable[1]}); fix spark.steward.storage.dir and start the application "
+                "again, or call spark_steward.attach(spark) to try again now")
         raise NotAttached(
             "spark-steward is not attached: start Spark with --conf spark.steward.enabled=true "
             "(see `spark-steward conf`) or call spark_steward.attach(spark)")

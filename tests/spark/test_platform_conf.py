@@ -1,0 +1,109 @@
+"""spark-steward next to the platform's own plugin and jars (issue 22, point 2).
+
+A platform sets ``spark.plugins`` and ``spark.jars`` in its spark-defaults.conf, a job passes a
+``--properties-file`` or ``--jars``: the flags of ``spark-steward conf`` must add to those,
+never replace them. A stand-in platform plugin (tests/spark/platform_plugin, compiled here with
+javac) marks each JVM it loads in; spark-steward's own plugin shows on the driver (the runtime
+attached with its plugin, not late) and on both executors (each reports its host's folder at
+the application's end, with the driver's own removal off so only they can).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_steward.kernel import shim_build
+from tests.spark.conftest import SCRIPTS, run_spark_submit
+
+pytestmark = pytest.mark.spark
+
+PLATFORM_SRC = Path(__file__).parent / "platform_plugin" / "src"
+PLATFORM_CLASS = "platform.stand.in.PlatformPlugin"
+JOB = SCRIPTS / "app_end_job.py"
+
+
+@pytest.fixture(scope="module")
+def platform_jar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return shim_build.compile_shim(PLATFORM_SRC, tmp_path_factory.mktemp("platform") / "p.jar")
+
+
+def steward_flags(tmp_path: Path, *extra: str) -> list[str]:
+    """What `spark-steward conf` prints, as a user pastes it, plus ``extra`` flags."""
+    out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "conf", "--storage",
+                          (tmp_path / "storage").as_uri(), "--local-dir",
+                          str(tmp_path / "local")],
+                         check=True, capture_output=True, text=True).stdout.split()
+    return out + list(extra)
+
+
+def properties(path: Path, pairs: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k} {v}\n" for k, v in pairs.items()))
+    return path
+
+
+def run_and_check(tmp_path: Path, flags: list[str], env: dict[str, str] | None = None) -> None:
+    out = tmp_path / "out.json"
+    result = run_spark_submit(JOB, flags, str(out), "end", "--driver-removal-off", env=env)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    job = json.loads(out.read_text())
+    # The platform's plugin loaded on the driver and on both executors.
+    marks = sorted(os.listdir(tmp_path / "marks"))
+    assert marks == ["driver", "executor-0", "executor-1"], marks
+    # spark-steward's: attached with its plugin's events (no "attached without its Spark plugin")
+    # and both executors' plugins reported their host's folder at the end.
+    assert "without its Spark plugin" not in log
+    assert job["after_stop"] is None, "the folder outlived spark.stop()"
+    summary = [line for line in log.splitlines()
+               if f"application {job['app_id']} ended; host-local folders" in line]
+    assert len(summary) == 1, log[-4000:]
+    assert set(re.findall(r"executor (\d+) on", summary[0])) == {"0", "1"}, summary
+
+
+def platform_pairs(tmp_path: Path, jar: Path) -> dict[str, str]:
+    (tmp_path / "marks").mkdir()
+    return {"spark.plugins": PLATFORM_CLASS, "spark.jars": str(jar),
+            "spark.platform.marker.dir": str(tmp_path / "marks")}
+
+
+def test_both_plugins_load_with_the_platform_in_spark_defaults(tmp_path: Path,
+                                                               platform_jar: Path) -> None:
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    properties(conf_dir / "spark-defaults.conf", platform_pairs(tmp_path, platform_jar))
+    run_and_check(tmp_path, steward_flags(tmp_path), env={"SPARK_CONF_DIR": str(conf_dir)})
+
+
+def test_both_plugins_load_with_the_platform_in_a_properties_file(tmp_path: Path,
+                                                                  platform_jar: Path) -> None:
+    props = properties(tmp_path / "job.properties", platform_pairs(tmp_path, platform_jar))
+    run_and_check(tmp_path, ["--properties-file", str(props), *steward_flags(tmp_path)])
+
+
+def test_both_plugins_load_with_jars_and_plugins_on_the_command_line(tmp_path: Path,
+                                                                     platform_jar: Path) -> None:
+    pairs = platform_pairs(tmp_path, platform_jar)
+    flags = ["--jars", pairs["spark.jars"], "--conf", f"spark.plugins={pairs['spark.plugins']}",
+             "--conf", f"spark.platform.marker.dir={pairs['spark.platform.marker.dir']}"]
+    run_and_check(tmp_path, [*flags, *steward_flags(tmp_path)])
+
+
+def test_properties_lines_merge_the_same_way(tmp_path: Path, platform_jar: Path) -> None:
+    """`spark-steward conf --format properties` appended to the platform's spark-defaults.conf
+    (what an admin does) keeps the platform's plugin."""
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    defaults = properties(conf_dir / "spark-defaults.conf", platform_pairs(tmp_path, platform_jar))
+    lines = subprocess.run([sys.executable, "-m", "spark_steward.cli", "conf", "--format",
+                            "properties", "--storage", (tmp_path / "storage").as_uri(),
+                            "--local-dir", str(tmp_path / "local")],
+                           check=True, capture_output=True, text=True).stdout
+    defaults.write_text(defaults.read_text() + lines)
+    run_and_check(tmp_path, [], env={"SPARK_CONF_DIR": str(conf_dir)})
