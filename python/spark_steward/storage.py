@@ -18,6 +18,7 @@ import logging
 import os
 import posixpath
 import shutil
+import sys
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterator
@@ -31,6 +32,16 @@ from spark_steward.errors import OutcomeUnknown, StorageBackendMissing, StorageE
 from spark_steward.private import make_dirs, open_new
 
 log = logging.getLogger(__name__)
+
+def _io_errors() -> tuple[type[BaseException], ...]:
+    """What a backend raises for a failed operation: OSError, and the errors of botocore (s3fs
+    passes "could not connect to the endpoint" through untranslated). Used as ``except
+    _io_errors()``, evaluated only when something is raised, so botocore is never imported
+    here: a botocore error can only come from a botocore already loaded."""
+    botocore = sys.modules.get("botocore.exceptions")
+    return ((OSError,) if botocore is None
+            else (OSError, botocore.BotoCoreError, botocore.ClientError))
+
 
 # Object stores make a single PUT atomic and have no cheap rename.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss",
@@ -132,7 +143,7 @@ class Storage:
                 self.fs.mv(tmp, target)
         except StorageError:
             raise
-        except OSError as exc:
+        except _io_errors() as exc:
             if self.is_local:
                 raise StorageError(f"could not write {self.url_of(rel)}: {exc}") from exc
             raise OutcomeUnknown(f"write of {self.url_of(rel)} may not have landed: {exc}") from exc
@@ -193,7 +204,7 @@ class Storage:
                 except (FileNotFoundError, OSError):
                     pass
                 raise
-        except OSError as exc:
+        except _io_errors() as exc:
             if self.is_local:
                 raise StorageError(f"could not write {self.url_of(rel)}: {exc}") from exc
             raise OutcomeUnknown(f"upload of {self.url_of(rel)} may not have landed: "
@@ -205,7 +216,7 @@ class Storage:
             return self.fs.open(self.path(rel), "rb")  # type: ignore[no-any-return]
         except FileNotFoundError:
             raise
-        except OSError as exc:
+        except _io_errors() as exc:
             raise StorageError(f"could not read {self.url_of(rel)}: {exc}") from exc
 
     def write_record(self, rel: str, body: Any) -> None:
@@ -220,7 +231,7 @@ class Storage:
             return bytes(self.fs.cat_file(self.path(rel)))
         except FileNotFoundError:
             raise
-        except OSError as exc:
+        except _io_errors() as exc:
             raise StorageError(f"could not read {self.url_of(rel)}: {exc}") from exc
 
     def read_record(self, rel: str) -> Any:
@@ -237,7 +248,7 @@ class Storage:
             entries = self.fs.ls(base, detail=False)
         except FileNotFoundError:
             return []
-        except OSError as exc:
+        except _io_errors() as exc:
             raise StorageError(f"could not list {self.url_of(rel)}: {exc}") from exc
         own = base.rstrip("/")
         return sorted({posixpath.basename(str(e).rstrip("/")) for e in entries
@@ -250,7 +261,7 @@ class Storage:
             found = self.fs.find(base, detail=True)
         except FileNotFoundError:
             return
-        except OSError as exc:
+        except _io_errors() as exc:
             raise StorageError(f"could not list {self.url_of(rel)}: {exc}") from exc
         prefix = self.root.rstrip("/") + "/"
         for full, info in sorted(found.items()):
@@ -270,7 +281,7 @@ class Storage:
                 found = {base: self.fs.info(base)}
         except FileNotFoundError:
             return None
-        except OSError as exc:
+        except _io_errors() as exc:
             raise StorageError(f"could not list {self.url_of(rel)}: {exc}") from exc
         times = [t for t in (_modified(info) for info in found.values()) if t is not None]
         return max(times) if times else None
@@ -296,7 +307,7 @@ class Storage:
             self.fs.info(target)
         except FileNotFoundError:
             return False
-        except OSError as exc:
+        except _io_errors() as exc:
             raise StorageError(f"could not delete {self.url_of(rel)}: {exc}") from exc
         try:
             self.fs.rm(target, recursive=True)
@@ -310,7 +321,7 @@ class Storage:
                 return True
             raise StorageError(f"could not delete {self.url_of(rel)}: its content changed "
                                f"during the delete ({exc})") from exc
-        except OSError as exc:
+        except _io_errors() as exc:
             raise StorageError(f"could not delete {self.url_of(rel)}: {exc}") from exc
         self.fs.invalidate_cache(target)
         if self.is_object_store:
@@ -335,7 +346,7 @@ class Storage:
             left = self.fs.find(target)
         except FileNotFoundError:
             return
-        except OSError as exc:
+        except _io_errors() as exc:
             raise StorageError(f"could not check the delete of {self.url_of(rel)}: {exc}") from exc
         if left:
             raise StorageError(f"could not delete {self.url_of(rel)}: {len(left)} object(s) are "
