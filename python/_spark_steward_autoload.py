@@ -10,6 +10,8 @@ there, from each new context's conf (``spark.steward.enabled``). Set
 import os
 import sys
 
+# spark_steward.kernel.compat.CONTEXT_MODULES, copied: importing the package here would cost
+# every Python process of the environment (tests/unit/test_compat.py holds the two equal).
 _TARGETS = ("pyspark.core.context", "pyspark.context")
 
 

@@ -15,11 +15,14 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from spark_steward.errors import SetupError
+from spark_steward.kernel.compat import (CONTEXT_MODULES, DATAFRAME_MODULES, FILES_MODULES,
+                                         PREPARE_COMMAND_COPIES, RDD_MODULES)
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +32,21 @@ Handler = Callable[..., Any]
 @dataclass(frozen=True)
 class PatchPoint:
     """A pyspark attribute: ``owner.attr`` of the first importable module (a class attribute),
-    or the module's own ``attr`` when ``owner`` is None."""
+    or the module's own ``attr`` when ``owner`` is None. ``copies`` name modules that took the
+    module function by name at their import (``from m import attr``) on some pyspark line: one
+    already imported and holding the original gets the replacement too."""
 
     name: str
     modules: tuple[str, ...]
     owner: str | None
     attr: str
     is_classmethod: bool = False
+    copies: tuple[str, ...] = ()
 
 
-_CONTEXT = ("pyspark.core.context", "pyspark.context")
-_RDD = ("pyspark.core.rdd", "pyspark.rdd")
-_DATAFRAME = ("pyspark.sql.classic.dataframe", "pyspark.sql.dataframe")
+_CONTEXT = CONTEXT_MODULES
+_RDD = RDD_MODULES
+_DATAFRAME = DATAFRAME_MODULES
 
 #: Every point, in installation order: the kernel's own first (attach at a context's start,
 #: detach at its stop, the executor context on every command), then files, checkpoints and
@@ -50,11 +56,12 @@ POINTS: tuple[PatchPoint, ...] = (
     PatchPoint("SparkContext._initialize_context", _CONTEXT, "SparkContext",
                "_initialize_context"),
     PatchPoint("SparkContext.stop", _CONTEXT, "SparkContext", "stop"),
-    PatchPoint("rdd._prepare_for_python_RDD", _RDD, None, "_prepare_for_python_RDD"),
+    PatchPoint("rdd._prepare_for_python_RDD", _RDD, None, "_prepare_for_python_RDD",
+               copies=PREPARE_COMMAND_COPIES),
     PatchPoint("SparkContext.addFile", _CONTEXT, "SparkContext", "addFile"),
     PatchPoint("SparkContext.addArchive", _CONTEXT, "SparkContext", "addArchive"),
     PatchPoint("SparkContext.addPyFile", _CONTEXT, "SparkContext", "addPyFile"),
-    PatchPoint("SparkFiles.get", ("pyspark.core.files", "pyspark.files"), "SparkFiles", "get",
+    PatchPoint("SparkFiles.get", FILES_MODULES, "SparkFiles", "get",
                is_classmethod=True),
     PatchPoint("SparkContext.setCheckpointDir", _CONTEXT, "SparkContext", "setCheckpointDir"),
     PatchPoint("RDD.checkpoint", _RDD, "RDD", "checkpoint"),
@@ -146,5 +153,10 @@ def _replace(point: PatchPoint) -> None:
     functools.update_wrapper(wrapper, before)
     wrapper.__steward__ = True  # type: ignore[attr-defined]
     setattr(target, point.attr, classmethod(wrapper) if point.is_classmethod else wrapper)
+    for copy in point.copies:
+        # Not imported yet: its own ``from ... import`` will take the replacement.
+        holder = sys.modules.get(copy)
+        if holder is not None and getattr(holder, point.attr, None) is before:
+            setattr(holder, point.attr, wrapper)
     _installed[name] = before
     log.debug("spark-steward replaced %s", name)

@@ -14,7 +14,7 @@ import logging
 import secrets
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
 
 from spark_steward._version import __version__
 from spark_steward.applications import ApplicationRegistry
@@ -23,7 +23,7 @@ from spark_steward.config import (ENABLED, EVENTS_BATCH_SIZE, EVENTS_POLL_INTERV
                                   SHIM_JAR, STORAGE_DIR, StewardConf)
 from spark_steward.errors import (ConfigError, DisabledForSession, NotAttached, SetupError,
                                   StorageError)
-from spark_steward.kernel import bootstrap, patches, session
+from spark_steward.kernel import bootstrap, compat, patches, session
 from spark_steward.kernel.dispatch import EventDispatcher
 from spark_steward.kernel.executor import ExecutorContext
 from spark_steward.kernel.heartbeat import ApplicationHeartbeat
@@ -109,7 +109,7 @@ class DriverRuntime:
         if not self.jvm.has_plugin_api():
             raise SetupError(
                 f"this Spark ({sc.version}) has no plugin API (org.apache.spark.api.plugin); "
-                "spark-steward needs Spark 4.0 or newer")
+                f"spark-steward needs Spark {compat.SUPPORTED_LINES}")
         pairs = self.jvm.conf_pairs()
         # Every key is parsed here, so a bad value fails at attach, naming key and value.
         self.conf = conf = StewardConf.from_pairs(pairs)
@@ -285,9 +285,21 @@ def current_runtime() -> DriverRuntime | None:
     return runtime if runtime is not None and not runtime.stopped else None
 
 
-def attach(spark: Any = None, *, explicit: bool = True) -> DriverRuntime:
+@overload
+def attach(spark: Any = None, *, explicit: Literal[True] = True) -> DriverRuntime: ...
+
+
+@overload
+def attach(spark: Any = None, *, explicit: bool) -> DriverRuntime | None: ...
+
+
+def attach(spark: Any = None, *, explicit: bool = True) -> DriverRuntime | None:
     """Attaches spark-steward to the SparkContext of ``spark`` (a SparkSession or SparkContext;
-    the active one when None) and returns the runtime. Idempotent per SparkContext."""
+    the active one when None) and returns the runtime. Idempotent per SparkContext.
+
+    On a Spark older than the supported lines an explicit attach raises SetupError; the
+    automatic one (``explicit=False``) logs one warning, once per process, attaches nothing
+    and returns None, so the application runs as plain Spark."""
     global _current, _atexit_registered, _unavailable
     from pyspark import SparkContext
 
@@ -297,6 +309,12 @@ def attach(spark: Any = None, *, explicit: bool = True) -> DriverRuntime:
             raise NotAttached("no active SparkContext to attach to: create a SparkSession first")
     else:
         sc = session.context_of(spark)
+    unsupported = compat.unsupported_reason(str(sc.version))
+    if unsupported is not None:
+        if explicit:
+            raise SetupError(unsupported)
+        _warn_unsupported(unsupported)
+        return None
     with _attach_lock:
         if _current is not None and not _current.stopped:
             if _current.sc is sc:
@@ -310,6 +328,16 @@ def attach(spark: Any = None, *, explicit: bool = True) -> DriverRuntime:
             atexit.register(_detach_at_exit)
             _atexit_registered = True
         return runtime
+
+
+_warned_unsupported = False
+
+
+def _warn_unsupported(reason: str) -> None:
+    global _warned_unsupported
+    if not _warned_unsupported:
+        _warned_unsupported = True
+        log.warning("%s", reason)
 
 
 def detach(reason: str = "detach requested") -> None:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.classic.dataframe import DataFrame
-
 from spark_steward.errors import CacheError
 from spark_steward.kernel import jvm
+from spark_steward.kernel.compat import classic_dataframe_class
 from spark_steward.kernel.runtime import current_runtime, runtime_for
 from spark_steward.tables.service import TableService
 
@@ -21,6 +20,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_steward.tables.service import CatalogRecord
+
+
+#: pyspark's classic DataFrame class of this Spark line (see spark_steward.kernel.compat).
+DataFrame: Any = classic_dataframe_class()
 
 
 class CachedTable(DataFrame):
