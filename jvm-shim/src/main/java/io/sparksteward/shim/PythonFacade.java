@@ -52,6 +52,16 @@ public final class PythonFacade {
     return bridge.flush(timeoutMillis);
   }
 
+  // -- metrics (StewardMetrics) -------------------------------------------------------------------
+
+  /**
+   * Python's snapshot of its numbers ({@code name=value} lines) for Spark's metrics sinks; how
+   * many names were taken, -1 when the plugin registered no metrics.
+   */
+  public static long pushMetrics(String snapshot) {
+    return StewardMetrics.pushCurrent(snapshot);
+  }
+
   // -- Spark's own checkpoints (CheckpointCleanWatch) --------------------------------------------
 
   /** Attaches the checkpoint clean watch to {@code sc}'s ContextCleaner; false without one. */

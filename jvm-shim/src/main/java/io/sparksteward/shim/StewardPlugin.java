@@ -50,6 +50,7 @@ public final class StewardPlugin implements SparkPlugin {
   static final class Driver implements DriverPlugin {
     private EventBridge bridge;
     private AppEndDriver appEnd;
+    private StewardMetrics metrics;
 
     @Override
     public Map<String, String> init(SparkContext sc, PluginContext pluginContext) {
@@ -61,6 +62,14 @@ public final class StewardPlugin implements SparkPlugin {
       // Reaches the executors' init as their extra conf: the executor side acts only on it.
       return appEnd == null ? Collections.emptyMap()
           : Collections.singletonMap(AppEndExecutor.ENABLED_KEY, "true");
+    }
+
+    /** Spark calls this after {@code init} and registers the registry as the plugin's source. */
+    @Override
+    public void registerMetrics(String appId, PluginContext pluginContext) {
+      if (bridge != null) {
+        metrics = StewardMetrics.register(pluginContext.metricRegistry());
+      }
     }
 
     @Override
@@ -76,6 +85,9 @@ public final class StewardPlugin implements SparkPlugin {
       }
       if (bridge != null) {
         bridge.markStopped();
+      }
+      if (metrics != null) {
+        StewardMetrics.unregister(metrics);
       }
     }
   }
