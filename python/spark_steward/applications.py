@@ -48,6 +48,49 @@ def validate_app_id(app_id: str) -> str:
 
 
 @dataclass(frozen=True)
+class GivenUp:
+    """A cleanup the retry strategy gave up on: what (a path, or a checkpoint or cached table
+    id) and its last error. It stays recorded; `spark-steward gc` or the next run finishes it."""
+
+    what: str
+    error: str
+
+
+@dataclass(frozen=True)
+class CleanupBacklog:
+    """An application's outstanding cleanup, as its record carries it (refreshed every
+    heartbeat, final at a clean stop) for ``spark-steward status``: deletions waiting or being
+    retried, when the oldest of them was asked for (wall clock; None when unknown or none),
+    failed attempts retried so far, and what was given up."""
+
+    pending: int = 0
+    oldest_pending_at: float | None = None
+    retries: int = 0
+    given_up: tuple[GivenUp, ...] = ()
+
+    def __add__(self, other: "CleanupBacklog") -> "CleanupBacklog":
+        oldest = [t for t in (self.oldest_pending_at, other.oldest_pending_at) if t is not None]
+        return CleanupBacklog(self.pending + other.pending, min(oldest, default=None),
+                              self.retries + other.retries, self.given_up + other.given_up)
+
+    @classmethod
+    def from_json(cls, body: object) -> "CleanupBacklog | None":
+        """The backlog a record carries; None for anything else (the field only informs, so
+        a record is never refused for it)."""
+        if not isinstance(body, dict):
+            return None
+        try:
+            given_up = tuple(GivenUp(str(g["what"]), str(g["error"]))
+                             for g in body.get("given_up", ()))
+            oldest = body.get("oldest_pending_at")
+            return cls(int(body.get("pending", 0)),
+                       None if oldest is None else float(oldest),
+                       int(body.get("retries", 0)), given_up)
+        except (TypeError, ValueError, KeyError):
+            return None
+
+
+@dataclass(frozen=True)
 class ApplicationRecord:
     app_id: str
     app_name: str
@@ -64,6 +107,8 @@ class ApplicationRecord:
     boot_id: str = ""
     pid_ns: str = ""
     identity_format: int = 0
+    #: What cleanup the application still owes (None in records of older versions).
+    cleanup: CleanupBacklog | None = None
 
     @property
     def driver(self) -> DriverIdentity:
@@ -192,7 +237,10 @@ class ApplicationRegistry:
         known = {f.name for f in fields(ApplicationRecord)}
         # Fields a newer version added are ignored, so old CLIs still read new records.
         values = {k: v for k, v in body.items() if k in known}
+        values["cleanup"] = CleanupBacklog.from_json(values.get("cleanup"))
         for name, value in values.items():
+            if name == "cleanup":
+                continue
             if not isinstance(value, _FIELD_TYPES[name]) or isinstance(value, bool):
                 raise RecordCorrupt(f"{self.storage.url_of(self.record_path(app_id))}: field "
                                     f"{name} is {value!r}, not of the record's format")

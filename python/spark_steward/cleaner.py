@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Generic, Hashable, TypeVar
 
+from spark_steward.applications import CleanupBacklog, GivenUp
 from spark_steward.config import CLEANUP_THREADS, StewardConf
 from spark_steward.lifecycle.cleanup_schedule import CleanupSchedule
 from spark_steward.lifecycle.retry import RetryStrategy
@@ -97,6 +98,19 @@ class RetryingCleaner(Generic[K]):
         with self._cond:
             return {"attempts": self._schedule.attempts, "failures": self._schedule.failures,
                     "outstanding": len(self._schedule), "given_up": len(self._schedule.given_up)}
+
+    def backlog(self, wall_clock: Callable[[], float] = time.time) -> CleanupBacklog:
+        """What is outstanding and given up, for the application record and the metrics;
+        ages are converted from the cleaner's clock to ``wall_clock``."""
+        with self._cond:
+            schedule = self._schedule
+            oldest = schedule.oldest_submitted_at()
+            waited = None if oldest is None else schedule.clock() - oldest
+            given_up = tuple(GivenUp(self.describe(k), t.last_error)
+                             for k, t in schedule.given_up.items())
+            pending, retries = len(schedule), schedule.retries
+        return CleanupBacklog(pending, None if waited is None else wall_clock() - waited,
+                              retries, given_up)
 
     def wait_idle(self, timeout: float) -> bool:
         """Waits until nothing is outstanding; False when ``timeout`` passed first."""

@@ -84,6 +84,12 @@ class BlobCache:
         self._verified: dict[Entry, tuple[int, int]] = {}
         self._key_locks: dict[Entry, threading.Lock] = defaultdict(threading.Lock)
         self._lock = threading.RLock()
+        self._last = threading.local()  # where this thread's last get() took the bytes from
+
+    def fetched_from(self) -> str | None:
+        """Where this thread's last :meth:`get` took the blob's bytes from (``linked``,
+        ``ha``, ``server``), None when it found a verified copy in the cache."""
+        return getattr(self._last, "source", None)
 
     def entry(self, scope: str, key: BlobKey) -> str:
         return f"{self.FOLDER}/{blob_relpath(scope, key)}"
@@ -97,6 +103,7 @@ class BlobCache:
         """A verified local path of ``ref``, referenced by task ``task_id`` until it ends."""
         entry = (ref.scope, ref.key)
         path = self.path(ref.scope, ref.key)
+        self._last.source = None
         with self._key_locks[entry]:
             self._reference(entry, task_id)
             try:
@@ -163,6 +170,7 @@ class BlobCache:
                 try:
                     install(lambda tmp: self._link_or_copy(driver_copy, tmp))
                     self.stats["linked"] += 1
+                    self._last.source = "linked"
                     return
                 except LocalSpaceFull:
                     raise
@@ -176,6 +184,7 @@ class BlobCache:
                 try:
                     install(fill)
                     self.stats[name] += 1
+                    self._last.source = name
                     return
                 except LocalSpaceFull:
                     raise

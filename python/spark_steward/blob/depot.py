@@ -33,6 +33,9 @@ from spark_steward.lifecycle.staged_cleanup import StagedCleanup
 
 log = logging.getLogger(__name__)
 
+#: Where an executor's copy of a blob came from, as its use report names it.
+TRANSFER_SOURCES = ("ha", "linked", "server")
+
 
 class BlobDepot:
     """Everything the driver knows about this application's blobs. Thread-safe."""
@@ -53,6 +56,10 @@ class BlobDepot:
         self._deleting: Counter[str] = Counter()  # scopes whose files are being deleted
         self._foreign: StagedCleanup[str] = StagedCleanup()
         self._still_dead: Callable[[str], bool] = lambda rel: True
+        #: Executors' copies by where their bytes came from ("ha", "linked", "server"), as
+        #: their use reports say; and deletions that failed and wait for the next period.
+        self.transfers: Counter[str] = Counter()
+        self.retries = 0
         self._lock = threading.RLock()
         self._deleted = threading.Condition(self._lock)  # a scope's deletion finished
 
@@ -217,6 +224,8 @@ class BlobDepot:
                 bound = self.ledger.bind(scope, key.digest, stage)
                 if body.get("received") is True:
                     self.ledger.received(scope, key.digest, task)
+                if body.get("via") in TRANSFER_SOURCES:
+                    self.transfers[body["via"]] += 1
             return {"bound": bound}
         if op == "resolve":
             name = body.get("name")
@@ -331,6 +340,7 @@ class BlobDepot:
                             scope, deletion.key or "*", exc)
                 with self._lock:
                     self._failed.append(deletion)
+                    self.retries += 1
             finally:
                 with self._lock:
                     self._deleting[scope] -= 1
@@ -398,6 +408,11 @@ class BlobDepot:
     def refs(self) -> list[BlobRef]:
         with self._lock:
             return sorted(self._refs.values(), key=lambda r: (r.scope, r.key))
+
+    def usage(self) -> tuple[int, int]:
+        """Blobs held now (one per scope and key) and their bytes."""
+        with self._lock:
+            return len(self._refs), sum(r.size for r in self._refs.values())
 
     def pending_deletions(self) -> int:
         with self._lock:

@@ -86,10 +86,12 @@ class ExecutorBlobs:
         with self._client_lock:
             return self._connection().fetch(ref.key, ref.scope, out)
 
-    def _report(self, ref: BlobRef, stage: int, task: int, received: bool) -> None:
-        """Binds the blob to this stage's job on the driver (once per process and stage)."""
+    def _report(self, ref: BlobRef, stage: int, task: int, received: bool,
+                via: str | None = None) -> None:
+        """Binds the blob to this stage's job on the driver (once per process and stage), and
+        says where a copy just made came from (``via``, the driver's transfer counts)."""
         mark = (ref.scope, ref.key.digest, stage)
-        if mark in self._bound and not received:
+        if mark in self._bound and not received and via is None:
             return
         if any(bound[2] != stage for bound in self._bound):
             self._bound = {b for b in self._bound if b[2] == stage}  # bounded: one stage
@@ -98,7 +100,8 @@ class ExecutorBlobs:
         try:
             with self._client_lock:
                 self._connection().call("use", key=ref.key.digest, scope=ref.scope,
-                                        stage=stage, task=task, received=received)
+                                        stage=stage, task=task, received=received,
+                                        **({"via": via} if via else {}))
             self._bound.add(mark)
         except StewardError as exc:
             # The HA path works without the driver; the scope's final-state delete is the net.
@@ -130,7 +133,8 @@ class ExecutorBlobs:
         try:
             path = self.cache.get(ref, task)
             if tc is not None:
-                self._report(ref, stage, task, received and ref.kind is BlobKind.TRANSIENT)
+                self._report(ref, stage, task, received and ref.kind is BlobKind.TRANSIENT,
+                             self.cache.fetched_from())
         finally:
             self._hang_up()
         return path

@@ -14,11 +14,11 @@ import logging
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping
 
-from spark_steward.applications import ApplicationRegistry
+from spark_steward.applications import ApplicationRegistry, CleanupBacklog
 from spark_steward.blob import tls
-from spark_steward.blob.depot import BlobDepot
+from spark_steward.blob.depot import TRANSFER_SOURCES, BlobDepot
 from spark_steward.blob.keys import APPLICATION_SCOPE, validate_scope_name
 from spark_steward.blob.server import BlobServer
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
@@ -155,6 +155,21 @@ class BlobService(RuntimeService):
                               or APPLICATION_SCOPE, event.stage_ids)
         elif isinstance(event, JobEnd):
             depot.job_ended(event.job_id, event.succeeded)
+
+    def metrics(self) -> Mapping[str, int]:
+        depot = self.depot
+        if depot is None:
+            return {}
+        held, size = depot.usage()
+        return {"blobs.held": held, "blobs.bytes": size,
+                **{f"blobs.transfers.{s}": depot.transfers[s] for s in TRANSFER_SOURCES}}
+
+    def cleanup_backlog(self) -> CleanupBacklog | None:
+        depot = self.depot
+        if depot is None:
+            return None
+        # Failed blob deletions are retried every period, never given up.
+        return CleanupBacklog(pending=depot.pending_deletions(), retries=depot.retries)
 
     def require_depot(self) -> BlobDepot:
         """The depot; raises while the service is not started (or after its stop)."""

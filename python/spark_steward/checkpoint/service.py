@@ -13,8 +13,10 @@ from __future__ import annotations
 import builtins
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections import Counter
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
+from spark_steward.applications import CleanupBacklog
 from spark_steward.checkpoint import data
 from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, spark_series, validate_series)
@@ -78,6 +80,19 @@ class CheckpointService(RuntimeService):
             log.warning("checkpoint entry %s could not be read or fails verification; its "
                         "series' orphans are left alone (spark-steward checkpoints ls)",
                         runtime.storage.url_of(path))
+
+    def metrics(self) -> Mapping[str, int]:
+        """Checkpoints the store knows (this application's and those it cleans up after), by
+        state: ``checkpoints.pending``, ``.completed``, ``.marked_for_deletion``."""
+        if self.store is None:
+            return {}
+        states = Counter(e.state for e in self.store.entries())
+        return {"checkpoints.pending": states[CheckpointState.PENDING],
+                "checkpoints.completed": states[CheckpointState.COMPLETED],
+                "checkpoints.marked_for_deletion": states[CheckpointState.DISCARDING]}
+
+    def cleanup_backlog(self) -> CleanupBacklog | None:
+        return None if self.store is None else self.store.cleaner.backlog()
 
     def before_context_stop(self, runtime: "DriverRuntime") -> None:
         if self.spark_checkpoints is not None:

@@ -6,19 +6,30 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
+from typing import Protocol
 
-from spark_steward.applications import ApplicationRecord, ApplicationRegistry
+from spark_steward.applications import ApplicationRecord, ApplicationRegistry, CleanupBacklog
 from spark_steward.errors import StewardError
 
 log = logging.getLogger(__name__)
 
 
+class BeatReport(Protocol):
+    """Called every beat before the record is written: publishes the metrics (``publish``)
+    and returns the cleanup backlog the record carries."""
+
+    def __call__(self, *, publish: bool = True) -> CleanupBacklog | None: ...
+
+
 class ApplicationHeartbeat:
     """The kernel's own: started before every capability, stopped after all of them."""
 
-    def __init__(self, registry: ApplicationRegistry, interval: float) -> None:
+    def __init__(self, registry: ApplicationRegistry, interval: float,
+                 report: BeatReport | None = None) -> None:
         self.registry = registry
         self.interval = interval
+        self.report = report
         self.record: ApplicationRecord | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -36,15 +47,27 @@ class ApplicationHeartbeat:
         while not self._stop.wait(self.interval):
             try:
                 assert self.record is not None
-                self.record = self.registry.heartbeat(self.record)
+                self.record = self.registry.heartbeat(self._with_backlog(self.record))
             except (StewardError, OSError) as exc:
                 log.warning("spark-steward heartbeat for %s failed (will retry): %s",
                             self.record.app_id if self.record else "?", exc)
 
+    def _with_backlog(self, record: ApplicationRecord, *, publish: bool = True
+                      ) -> ApplicationRecord:
+        if self.report is None:
+            return record
+        try:
+            return replace(record, cleanup=self.report(publish=publish))
+        except Exception:  # the report only informs: the heartbeat must go on
+            log.exception("spark-steward could not report %s's metrics and cleanup",
+                          record.app_id)
+            return record
+
     def stop(self) -> None:
-        """Marks the record finished: a clean stop, never mistaken for a crash."""
+        """Marks the record finished (with what cleanup is left): a clean stop, never
+        mistaken for a crash."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
         if self.record is not None:
-            self.record = self.registry.finish(self.record)
+            self.record = self.registry.finish(self._with_backlog(self.record, publish=False))

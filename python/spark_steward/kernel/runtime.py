@@ -14,10 +14,10 @@ import logging
 import secrets
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, TypeVar, overload
 
 from spark_steward._version import __version__
-from spark_steward.applications import ApplicationRegistry
+from spark_steward.applications import ApplicationRegistry, CleanupBacklog
 from spark_steward.config import (ENABLED, EVENTS_BATCH_SIZE, EVENTS_POLL_INTERVAL,
                                   HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, LOCAL_DIR, PREFIX,
                                   SHIM_JAR, STORAGE_DIR, StewardConf)
@@ -28,6 +28,7 @@ from spark_steward.kernel.dispatch import EventDispatcher
 from spark_steward.kernel.executor import ExecutorContext
 from spark_steward.kernel.heartbeat import ApplicationHeartbeat
 from spark_steward.kernel.jvm import PLUGIN_CLASS, EventBridgeHandle, SparkJvm, forget_facade
+from spark_steward.kernel.metrics import RuntimeReport
 from spark_steward.kernel.pump import EventPump
 from spark_steward.kernel.services import discover
 from spark_steward.kernel.shim import jar_path
@@ -70,6 +71,16 @@ class RuntimeService:
 
     def stop(self, runtime: "DriverRuntime") -> None:
         """Called once at detach, after the last event was delivered."""
+        return None
+
+    def metrics(self) -> Mapping[str, int]:
+        """The capability's numbers for Spark's metrics system, under the names of
+        :data:`spark_steward.kernel.metrics.NAMES`; asked every heartbeat, on its thread."""
+        return {}
+
+    def cleanup_backlog(self) -> "CleanupBacklog | None":
+        """The capability's outstanding and given-up deletions, for the application record
+        (``spark-steward status``) and the ``cleanup.*`` metrics; asked every heartbeat."""
         return None
 
 
@@ -157,7 +168,9 @@ class DriverRuntime:
         self.context_broadcast: "Broadcast[ExecutorContext] | None" = None
         # The heartbeat is the kernel's own and starts first: every capability's start may
         # judge other applications by their records, and this one's must exist by then.
-        self.heartbeat = ApplicationHeartbeat(self.registry, conf.get(HEARTBEAT_INTERVAL))
+        self.report = RuntimeReport(sc, self.services, lambda: self.dispatcher.dropped)
+        self.heartbeat = ApplicationHeartbeat(self.registry, conf.get(HEARTBEAT_INTERVAL),
+                                              report=self.report)
         self._stopped = False
         self._lock = threading.Lock()
 
@@ -204,6 +217,8 @@ class DriverRuntime:
                 service.before_context_stop(self)
             except Exception:
                 log.exception("spark-steward service %s failed before stop", service.name)
+        # While Spark's metrics system still runs: its sinks report once more as it stops.
+        self.report.publish()
 
     def stop(self, reason: str) -> None:
         """Delivers the last events, stops every service, marks the record finished."""

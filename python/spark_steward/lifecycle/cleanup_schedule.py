@@ -25,6 +25,7 @@ class CleanupTask(Generic[K]):
     due_at: float = 0.0
     last_error: str = ""
     running: bool = False
+    submitted_at: float = 0.0
 
 
 class CleanupSchedule(Generic[K]):
@@ -37,13 +38,15 @@ class CleanupSchedule(Generic[K]):
         self.given_up: dict[K, CleanupTask[K]] = {}
         self.attempts = 0
         self.failures = 0
+        self.retries = 0  # failures followed by another attempt (not given up)
 
     def submit(self, key: K, *, delay: float = 0.0) -> bool:
         """Schedules ``key`` (again, if it was given up); False when it is already scheduled."""
         if key in self._tasks:
             return False
         self.given_up.pop(key, None)
-        task = CleanupTask(key, due_at=self.clock() + delay)
+        now = self.clock()
+        task = CleanupTask(key, due_at=now + delay, submitted_at=now)
         self._tasks[key] = task
         heapq.heappush(self._heap, (task.due_at, next(self._order), key))
         return True
@@ -90,12 +93,17 @@ class CleanupSchedule(Generic[K]):
             del self._tasks[key]
             self.given_up[key] = task
             return None
+        self.retries += 1
         task.due_at = self.clock() + delay
         heapq.heappush(self._heap, (task.due_at, next(self._order), key))
         return delay
 
     def task(self, key: K) -> CleanupTask[K] | None:
         return self._tasks.get(key)
+
+    def oldest_submitted_at(self) -> float | None:
+        """When the longest-waiting scheduled task was submitted (the schedule's clock)."""
+        return min((t.submitted_at for t in self._tasks.values()), default=None)
 
     def outstanding(self) -> list[K]:
         """Scheduled or running keys, in submission order."""

@@ -18,9 +18,11 @@ import threading
 import time
 import uuid
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
+from spark_steward.applications import CleanupBacklog
 from spark_steward.cleaner import EntryKey, RetryingCleaner, cleaner_from_conf
 from spark_steward.config import (CACHE_MAX_BYTES, CACHE_ORPHAN_GRACE, CACHE_SHARED_RETENTION,
                                   CLEANUP_SHUTDOWN_TIMEOUT, CLEANUP_THREADS)
@@ -94,6 +96,10 @@ class TableService(RuntimeService):
         self._lock = threading.Lock()
         self._resolver: _Resolver | None = None
         self._shim: Any = None
+        #: Queries' reads of cached tables (not explain's): ``hits`` read files materialized
+        #: before, ``misses`` materialized (or adopted) them first, ``fallbacks`` computed the
+        #: original plan instead.
+        self.reads: Counter[str] = Counter()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -123,6 +129,14 @@ class TableService(RuntimeService):
             shim.call("setTableResolver", self._resolver)
             self._shim = shim
         return self._shim
+
+    def metrics(self) -> Mapping[str, int]:
+        tables = [r.entry for r in self.records() if r.entry is not None]
+        return {"tables.cached": len(tables), "tables.bytes": sum(t.bytes for t in tables),
+                **{f"tables.{k}": self.reads[k] for k in ("hits", "misses", "fallbacks")}}
+
+    def cleanup_backlog(self) -> CleanupBacklog | None:
+        return None if self.store is None else self.store.cleaner.backlog()
 
     def before_context_stop(self, runtime: "DriverRuntime") -> None:
         self._release_all()
@@ -251,24 +265,30 @@ class TableService(RuntimeService):
         the query computes the original plan.
         """
         table_id, _, mode = request.partition("\t")
+        counted = mode != "explain"
         with self._lock:
             record = self._records.get(table_id)
         if record is None:
             log.warning("cached table %s was released (close() or the end of spark-steward); "
                         "this query computes its original plan", table_id)
+            self.reads["fallbacks"] += counted
             return "source"
         try:
             with record.lock:
                 url = self._usable_url(record)
-                if url is None and mode != "explain" and not record.closed:
+                outcome = "hits" if url is not None else "misses"
+                if url is None and counted and not record.closed:
                     url = self._materialize(record)
                 if url is not None:
                     record.last_used = time.time()
+                    self.reads[outcome] += counted
                     return f"files\t{url}"
+                self.reads["fallbacks"] += counted
                 return "source"
         except Exception as exc:
             log.warning("cached table %s: %s; this query computes its original plan",
                         table_id, _one_line(exc))
+            self.reads["fallbacks"] += counted
             return "source"
 
     def _usable_url(self, record: CatalogRecord) -> str | None:
