@@ -7,6 +7,8 @@ collects the broadcasts the command references. We wrap the command in a carrier
 back the original command object unchanged: signatures and eval types are untouched. Commands
 of plain RDD functions (whose shape ``func(split, iterator)`` is fixed) also run inside a
 :func:`~spark_steward.kernel.executor.task_scope`, the try/finally that releases per-task state.
+The carrier's function travels by value (:mod:`~spark_steward.kernel.carrier`): an executor
+without spark-steward still runs every command that does not call it.
 
 :func:`bootstrap` is the explicit twin: a mapPartitions wrapper that starts the executor runtime.
 """
@@ -14,45 +16,47 @@ of plain RDD functions (whose shape ``func(split, iterator)`` is fixed) also run
 from __future__ import annotations
 
 import logging
+import pickle
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from spark_steward.kernel import executor
+from spark_steward.kernel import carrier, executor
 
 if TYPE_CHECKING:
-    from pyspark import Broadcast, RDD, SparkContext
+    from pyspark import Accumulator, Broadcast, RDD, SparkContext
 
 log = logging.getLogger(__name__)
 
+#: pyspark's own protocol for commands (CloudPickleSerializer's).
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
-def _install_and_return(context_broadcast: "Broadcast[executor.ExecutorContext]",
-                        command: Any) -> Any:
-    """Runs on the executor while the command is unpickled."""
-    executor.install_context(context_broadcast.value)
-    return command
+
+def ship_carrier_by_value() -> None:
+    """Makes cloudpickle ship :mod:`spark_steward.kernel.carrier` by value (idempotent), so
+    executors without spark-steward can run what it wraps."""
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(carrier)
 
 
 class _CommandCarrier:
-    __slots__ = ("broadcast", "command")
+    """Pickles as a call of :func:`~spark_steward.kernel.carrier.unwrap` (shipped by value)
+    on the command pickled apart, so the executor loads the command only once it knows whether
+    spark-steward is there."""
 
-    def __init__(self, broadcast: "Broadcast[executor.ExecutorContext]", command: Any) -> None:
+    __slots__ = ("broadcast", "command", "rdd_command", "missing")
+
+    def __init__(self, broadcast: "Broadcast[executor.ExecutorContext]", command: Any,
+                 missing: "Accumulator[int] | None") -> None:
         self.broadcast = broadcast
         self.command = command
+        self.rdd_command = _is_rdd_command(command)
+        self.missing = missing
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_install_and_return, (self.broadcast, self.command))
+        from pyspark import cloudpickle
 
-
-class _TaskScoped:
-    """``func(split, iterator)`` of an RDD command, run inside a task scope."""
-
-    __slots__ = ("func",)
-
-    def __init__(self, func: Callable[[int, Iterable[Any]], Iterable[Any]]) -> None:
-        self.func = func
-
-    def __call__(self, split: int, iterator: Iterable[Any]) -> Iterator[Any]:
-        with executor.task_scope():
-            yield from self.func(split, iterator)
+        payload = cloudpickle.dumps(self.command, _PROTOCOL)
+        return (carrier.unwrap, (self.broadcast, payload, self.rdd_command, self.missing))
 
 
 def _is_rdd_command(command: Any) -> bool:
@@ -63,19 +67,18 @@ def _is_rdd_command(command: Any) -> bool:
 
 
 def command_handler(
-        broadcast_for: Callable[["SparkContext"], "Broadcast[executor.ExecutorContext] | None"]
+        broadcast_for: Callable[["SparkContext"], "Broadcast[executor.ExecutorContext] | None"],
+        missing_for: Callable[["SparkContext"], "Accumulator[int] | None"] = lambda sc: None,
 ) -> Callable[..., Any]:
     """The interception of ``_prepare_for_python_RDD`` that routes every pickled Python command
-    through the carrier, when ``broadcast_for`` gives a context broadcast for the context."""
+    through the carrier, when ``broadcast_for`` gives a context broadcast for the context;
+    ``missing_for`` gives the accumulator executors without spark-steward count into."""
 
     def prepare_with_context(proceed: Callable[..., Any], sc: "SparkContext", command: Any
                              ) -> Any:
         broadcast = broadcast_for(sc)
         if broadcast is not None:
-            if _is_rdd_command(command):
-                func, profiler, deserializer, serializer = command
-                command = (_TaskScoped(func), profiler, deserializer, serializer)
-            command = _CommandCarrier(broadcast, command)
+            command = _CommandCarrier(broadcast, command, missing_for(sc))
         return proceed(sc, command)
 
     return prepare_with_context

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from spark_steward.errors import NotInTask
 from spark_steward.private import ensure_private_root
@@ -252,3 +252,17 @@ def task_scope() -> Iterator[TaskScope]:
         scope.succeeded = True
     finally:
         runtime.end_task(scope)
+
+
+class TaskScoped:
+    """``func(split, iterator)`` of an RDD command, run inside a :func:`task_scope` (built on
+    the executor by :func:`spark_steward.kernel.carrier.unwrap`)."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: Callable[[int, Iterable[Any]], Iterable[Any]]) -> None:
+        self.func = func
+
+    def __call__(self, split: int, iterator: Iterable[Any]) -> Iterator[Any]:
+        with task_scope():
+            yield from self.func(split, iterator)

@@ -26,6 +26,7 @@ from spark_steward.errors import (ConfigError, DisabledForSession, NotAttached, 
 from spark_steward.kernel import bootstrap, compat, patches, session
 from spark_steward.kernel.dispatch import EventDispatcher
 from spark_steward.kernel.executor import ExecutorContext
+from spark_steward.kernel.executor_package import ExecutorPackageWatch
 from spark_steward.kernel.heartbeat import ApplicationHeartbeat
 from spark_steward.kernel.jvm import PLUGIN_CLASS, EventBridgeHandle, SparkJvm, forget_facade
 from spark_steward.kernel.metrics import RuntimeReport
@@ -36,7 +37,7 @@ from spark_steward.private import ensure_private_root
 from spark_steward.storage import Storage
 
 if TYPE_CHECKING:
-    from pyspark import Broadcast, SparkContext
+    from pyspark import Accumulator, Broadcast, SparkContext
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,9 @@ class DriverRuntime:
         self.registry = ApplicationRegistry(self.storage,
                                             heartbeat_timeout=conf.get(HEARTBEAT_TIMEOUT))
         self.dispatcher = EventDispatcher()
+        #: Whether tasks met executors without spark-steward (warned once, at a job's end).
+        self.executor_package = ExecutorPackageWatch(sc)
+        self.dispatcher.subscribe(self.executor_package.on_event, "executor-package")
         # Built before the event bridge is installed: a capability that cannot be found or
         # built fails attach with nothing installed in the JVM yet.
         self.services: list[RuntimeService] = build_services()
@@ -408,12 +412,18 @@ def _broadcast_for(sc: "SparkContext") -> "Broadcast[ExecutorContext] | None":
     return runtime.context_broadcast
 
 
+def _missing_for(sc: "SparkContext") -> "Accumulator[int] | None":
+    runtime = current_runtime()
+    return runtime.executor_package.missing if runtime is not None and runtime.sc is sc else None
+
+
 def install_patches() -> None:
     """Registers the kernel's own interceptions (detach at ``SparkContext.stop``, the executor
     context on every pickled command) and installs every registered patch (idempotent)."""
     patches.intercept("SparkContext.stop", "kernel", _stop_handler, order=0)
+    bootstrap.ship_carrier_by_value()
     patches.intercept("rdd._prepare_for_python_RDD", "kernel",
-                      bootstrap.command_handler(_broadcast_for), order=0)
+                      bootstrap.command_handler(_broadcast_for, _missing_for), order=0)
     patches.install()
 
 

@@ -99,6 +99,7 @@ def save_merged(runtime: "DriverRuntime", store: CheckpointStore, series: str, d
                 retained: int | None, *, kind: CheckpointKind = CheckpointKind.SERIES) -> int:
     """A file-merged save (FLIP-306): pending entry naming what it may reuse → segments written
     by the executors → wasteful files rewritten → artifact and completed entry → subsume."""
+    runtime.executor_package.require("file-merged checkpoints")
     spark = df.sparkSession
     conf = runtime.conf
 
