@@ -395,6 +395,53 @@ def hadoop_url(storage_url: str, what: str = "checkpoint data",
     return f"{_HADOOP_SCHEMES.get(scheme, scheme)}://{rest}"
 
 
+# -- log4j ---------------------------------------------------------------------------------------
+
+class Log4jLoggers:
+    """The driver JVM's log4j (2.x: Spark 3.5 and 4) loggers by name, for
+    :mod:`spark_steward.kernel.logs`. Any method may raise when the gateway is gone."""
+
+    def __init__(self, sc: "SparkContext") -> None:
+        require_jvm(sc)
+        self._jvm: Any = sc._jvm
+        self._loggers: dict[str, Any] = {}
+        self._levels: dict[str, Any] = {}
+
+    def _logger(self, name: str) -> Any:
+        found = self._loggers.get(name)
+        if found is None:
+            found = self._loggers[name] = self._jvm.org.apache.logging.log4j.LogManager \
+                .getLogger(name)
+        return found
+
+    def level(self, name: str) -> str:
+        """log4j's effective level of logger ``name`` (``INFO``, ``WARN``, ...)."""
+        return str(self._logger(name).getLevel())
+
+    def configured(self, prefix: str) -> list[str]:
+        """Names of the loggers the log4j configuration sets that start with ``prefix``
+        (empty where the configuration cannot be read)."""
+        try:
+            context = self._jvm.org.apache.logging.log4j.LogManager.getContext(False)
+            names = [str(n) for n in context.getConfiguration().getLoggers().keySet()]
+        except Exception:  # not log4j-core: only the prefix's own level is followed
+            return []
+        return [n for n in names if n == prefix or n.startswith(prefix + ".")]
+
+    def log(self, name: str, level: str, message: str) -> None:
+        """``LogManager.getLogger(name).log(Level.<level>, message)``."""
+        jlevel = self._levels.get(level)
+        if jlevel is None:
+            jlevel = self._levels[level] = self._jvm.org.apache.logging.log4j.Level \
+                .getLevel(level)
+        self._logger(name).log(jlevel, message)
+
+    def close(self) -> None:
+        release(*self._loggers.values(), *self._levels.values())
+        self._loggers.clear()
+        self._levels.clear()
+
+
 # -- the driver runtime's view ------------------------------------------------------------------
 
 class EventBridgeHandle:
