@@ -13,7 +13,7 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO
 
 from spark_steward._version import __version__
@@ -106,6 +106,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             "started_at": record.started_at, "heartbeat_at": record.heartbeat_at,
             "finished_at": record.finished_at,
             "owns": {k: {"files": f, "bytes": b} for k, (f, b) in owned.items()},
+            "cleanup": None if record.cleanup is None else asdict(record.cleanup),
         })
     if args.json:
         print(json.dumps({"storage": storage.url, "applications": rows}, indent=2))
@@ -120,7 +121,23 @@ def cmd_status(args: argparse.Namespace) -> int:
                          for k, v in row["owns"].items()) or "nothing"
         print(f"{row['app_id']:<28} {row['state']:<9} {row['host'][:16]:<16} "
               f"{_ago(now - row['started_at']):<12} {_ago(now - row['heartbeat_at']):<12} {owns}")
+        for line in _cleanup_lines(row["cleanup"], now):
+            print(f"  {line}")
     return 0
+
+
+def _cleanup_lines(backlog: dict[str, Any] | None, now: float) -> list[str]:
+    """What cleanup an application still owed at its last heartbeat (or its stop)."""
+    if not backlog or not (backlog["pending"] or backlog["retries"] or backlog["given_up"]):
+        return []
+    oldest = backlog["oldest_pending_at"]
+    pending = _plural(backlog["pending"], "deletion") + " pending" + (
+        f" (oldest asked {_ago(now - oldest)})" if backlog["pending"] and oldest else "")
+    retries = backlog["retries"]
+    lines = [f"cleanup: {pending}, {retries} {'retry' if retries == 1 else 'retries'}, "
+             f"{len(backlog['given_up'])} given up"]
+    lines += [f"  given up: {g['what']}: {g['error']}" for g in backlog["given_up"]]
+    return lines
 
 
 # -- blobs -----------------------------------------------------------------------------------
