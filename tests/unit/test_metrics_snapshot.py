@@ -20,6 +20,7 @@ from tests.unit.conftest import until
 
 JAVA = Path(__file__).resolve().parents[2] / "jvm-shim/src/main/java/io/sparksteward/shim" \
     / "StewardMetrics.java"
+DOC = Path(__file__).resolve().parents[2] / "docs/observability.md"
 
 
 def java_names(array: str) -> tuple[str, ...]:
@@ -33,6 +34,11 @@ def test_python_and_the_shim_register_the_same_names() -> None:
     assert java_names("COUNTERS") == metrics.COUNTERS
     assert len(set(metrics.NAMES)) == len(metrics.NAMES)
 
+
+def test_every_name_is_documented() -> None:
+    text = DOC.read_text()
+    for name in metrics.NAMES:
+        assert f"`{name}`" in text, name
 
 
 class Reporter:
