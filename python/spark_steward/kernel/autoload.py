@@ -46,7 +46,9 @@ def _enabled(raw: str | None) -> bool:
 
 
 def _enroll_before_start(proceed: Any, sc: Any, jconf: Any, *args: Any, **kwargs: Any) -> Any:
-    if _enabled(_get(jconf, ENABLED_KEY)):
+    # On a Spark older than the supported lines nothing is added (the attach then warns once
+    # and the application runs as plain Spark): the shim is not built for it.
+    if _enabled(_get(jconf, ENABLED_KEY)) and _supported():
         from spark_steward.config import SHIM_JAR
         from spark_steward.kernel import jvm
         from spark_steward.kernel.shim import jar_path
@@ -56,6 +58,14 @@ def _enroll_before_start(proceed: Any, sc: Any, jconf: Any, *args: Any, **kwargs
         if changed:
             log.debug("spark-steward added its plugin and jar %s to: %s", jar, ", ".join(changed))
     return proceed(sc, jconf, *args, **kwargs)
+
+
+def _supported() -> bool:
+    import pyspark
+
+    from spark_steward.kernel.compat import unsupported_reason
+
+    return unsupported_reason(str(pyspark.__version__)) is None
 
 
 def _get(jconf: Any, key: str) -> str | None:
