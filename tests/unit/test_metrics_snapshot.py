@@ -100,6 +100,25 @@ def test_publish_never_raises_and_says_once_when_the_plugin_is_missing(
     assert report(publish=False) == CleanupBacklog() and len(pushed) == 4
 
 
+def test_a_stopped_context_is_not_reported_as_a_missing_plugin(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The heartbeat beats on while Spark stops: the plugin's metrics are gone then."""
+    answers: list[Any] = [17, -1, RuntimeError("gateway closed")]
+
+    def call(sc: object, method: str, *args: Any) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(metrics.jvm, "call", call)
+    report = metrics.RuntimeReport(object(), [], lambda: 0)
+    with caplog.at_level("DEBUG", logger="spark_steward.kernel.metrics"):
+        for _ in range(3):
+            report.publish()
+    assert not answers and caplog.records == []
+
+
 def test_cleaner_backlog_counts_retries_ages_and_what_was_given_up() -> None:
     cleaner: RetryingCleaner[str] = RetryingCleaner(RetryStrategy.fixed(0.001, retries=1),
                                                     describe=lambda k: f"path/{k}")

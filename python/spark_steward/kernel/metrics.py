@@ -108,6 +108,9 @@ class RuntimeReport:
         self.events_dropped = events_dropped
         self._told_unregistered = False
         self._told_failed = False
+        #: A push was taken once: failures after it are the context stopping, not a set-up
+        #: to report (the heartbeat beats on while Spark stops).
+        self._taken_once = False
 
     def __call__(self, *, publish: bool = True) -> CleanupBacklog:
         backlog = backlog_of(self.services)
@@ -123,11 +126,13 @@ class RuntimeReport:
         try:
             taken = int(jvm.call(self.sc, "pushMetrics", encode(values)))
         except Exception as exc:  # the JVM is going away, or a shim without pushMetrics
-            if not self._told_failed:
+            if not self._told_failed and not self._taken_once:
                 self._told_failed = True
                 log.info("spark-steward could not publish its metrics to Spark: %s", exc)
             return
-        if taken < 0 and not self._told_unregistered:
+        if taken >= 0:
+            self._taken_once = True
+        elif not self._told_unregistered and not self._taken_once:
             self._told_unregistered = True
             log.info("spark-steward metrics are not in Spark's metrics system: they are "
                      "registered by the plugin (--conf spark.plugins=%s)", jvm.PLUGIN_CLASS)
