@@ -4,7 +4,6 @@ import java.util.EnumSet;
 import java.util.Set;
 
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
-import org.apache.spark.sql.connector.catalog.CatalogV2Util;
 import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.TableCapability;
@@ -66,9 +65,16 @@ public final class CachedTableMarker implements SupportsRead {
     return schema;
   }
 
+  /** Abstract in Spark 3.5 and 4.0, which call it; 4.1 on derive it from {@link #columns}. */
+  @Override
+  @SuppressWarnings("deprecation")
+  public StructType schema() {
+    return schema;
+  }
+
   @Override
   public Column[] columns() {
-    return CatalogV2Util.structTypeToV2Columns(schema, false);
+    return SparkCompat.v2Columns(schema);
   }
 
   @Override

@@ -3,22 +3,17 @@ package io.sparksteward.shim;
 import java.util.ArrayList;
 import java.util.List;
 
-import org.apache.spark.sql.catalyst.expressions.Alias;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
-import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.rules.Rule;
-import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanRelation;
-import org.apache.spark.sql.types.Metadata;
 
-import scala.Option;
-import scala.jdk.javaapi.CollectionConverters;
 import scala.runtime.AbstractPartialFunction;
 
 /**
@@ -72,7 +67,7 @@ public final class CachedTableRule extends Rule<LogicalPlan> {
 
   private LogicalPlan replace(CachedTableMarker marker, LogicalPlan leaf) {
     List<AttributeReference> output = new ArrayList<>();
-    for (Attribute a : CollectionConverters.asJava(leaf.output())) {
+    for (Attribute a : SparkCompat.output(leaf)) {
       output.add((AttributeReference) a);
     }
     String url = CachedTables.resolve(session, marker.id());
@@ -81,14 +76,11 @@ public final class CachedTableRule extends Rule<LogicalPlan> {
     }
     LogicalPlan optimized = session.sessionState().optimizer().execute(marker.source());
     List<NamedExpression> aliases = new ArrayList<>();
-    List<Attribute> produced = CollectionConverters.asJava(optimized.output());
+    List<Attribute> produced = SparkCompat.output(optimized);
     for (int i = 0; i < output.size(); i++) {
-      AttributeReference wanted = output.get(i);
-      aliases.add(new Alias(produced.get(i), wanted.name(), wanted.exprId(),
-          CachedTables.<String>emptySeq(), Option.<Metadata>empty(),
-          CachedTables.<String>emptySeq()));
+      aliases.add(SparkCompat.alias(produced.get(i), output.get(i)));
     }
-    return new Project(CollectionConverters.asScala(aliases).toList(), optimized);
+    return SparkCompat.project(aliases, optimized);
   }
 
   /**
@@ -110,7 +102,6 @@ public final class CachedTableRule extends Rule<LogicalPlan> {
       relation = (LogicalRelation) read;
       marker.rememberRelation(url, relation);
     }
-    return new LogicalRelation(relation.relation(), CollectionConverters.asScala(output).toList(),
-        relation.catalogTable(), false, Option.empty());
+    return SparkCompat.logicalRelation(relation, output);
   }
 }

@@ -6,7 +6,6 @@ import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.Collections;
-import java.util.HexFormat;
 import java.util.List;
 import java.util.Locale;
 import java.util.function.Function;
@@ -15,10 +14,11 @@ import java.util.function.Predicate;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.ExperimentalMethods;
 import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.Alias;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
@@ -27,19 +27,12 @@ import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.OneRowRelation;
-import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.plans.logical.Range;
 import org.apache.spark.sql.catalyst.rules.Rule;
-import org.apache.spark.sql.classic.Dataset;
-import org.apache.spark.sql.classic.Dataset$;
-import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
-import org.apache.spark.sql.types.Metadata;
 
-import scala.Option;
-import scala.jdk.javaapi.CollectionConverters;
 import scala.runtime.AbstractPartialFunction;
 
 /**
@@ -74,8 +67,8 @@ final class CachedTables {
     installRule(session);
     LogicalPlan analyzed = source.queryExecution().analyzed();
     CachedTableMarker table = new CachedTableMarker(id, source.schema(), analyzed, description);
-    return Dataset$.MODULE$.ofRows(session,
-        DataSourceV2Relation.create(table, Option.empty(), Option.empty()));
+    return SparkCompat.ofRows(session,
+        DataSourceV2Relation.create(table, scala.Option.empty(), scala.Option.empty()));
   }
 
   /**
@@ -84,7 +77,7 @@ final class CachedTables {
    * again what to read (after an invalidation, a fallback or an explain).
    */
   public static Dataset<Row> fresh(Dataset<Row> ds) {
-    return Dataset$.MODULE$.ofRows(ds.sparkSession(), ds.logicalPlan());
+    return SparkCompat.ofRows(ds.sparkSession(), ds.queryExecution().commandExecuted());
   }
 
   /** The id of the cached table {@code ds} is directly built on, or null. */
@@ -95,15 +88,14 @@ final class CachedTables {
 
   static synchronized void installRule(SparkSession session) {
     ExperimentalMethods experimental = session.experimental();
-    List<Rule<LogicalPlan>> rules =
-        new ArrayList<>(CollectionConverters.asJava(experimental.extraOptimizations()));
+    List<Rule<LogicalPlan>> rules = SparkCompat.extraOptimizations(experimental);
     for (Rule<LogicalPlan> rule : rules) {
       if (rule instanceof CachedTableRule) {
         return;
       }
     }
     rules.add(new CachedTableRule(session));
-    experimental.extraOptimizations_$eq(CollectionConverters.asScala(rules).toList());
+    SparkCompat.setExtraOptimizations(experimental, rules);
   }
 
   /**
@@ -157,14 +149,13 @@ final class CachedTables {
       @Override
       public LogicalPlan apply(LogicalPlan p) {
         LogicalPlan source = inlineMarkers(CachedTableRule.markerOf(p).source());
-        List<Attribute> produced = CollectionConverters.asJava(source.output());
-        List<Attribute> wanted = CollectionConverters.asJava(p.output());
+        List<Attribute> produced = SparkCompat.output(source);
+        List<Attribute> wanted = SparkCompat.output(p);
         List<NamedExpression> aliases = new ArrayList<>();
         for (int i = 0; i < wanted.size(); i++) {
-          aliases.add(new Alias(produced.get(i), wanted.get(i).name(), wanted.get(i).exprId(),
-              emptySeq(), Option.<Metadata>empty(), emptySeq()));
+          aliases.add(SparkCompat.alias(produced.get(i), wanted.get(i)));
         }
-        return new Project(CollectionConverters.asScala(aliases).toList(), source);
+        return SparkCompat.project(aliases, source);
       }
     });
   }
@@ -186,13 +177,14 @@ final class CachedTables {
         problem = "it is a streaming plan";
         return;
       }
-      if (plan.children().isEmpty()) {
+      List<LogicalPlan> children = SparkCompat.children(plan);
+      if (children.isEmpty()) {
         leaf(plan);
       }
-      for (Expression e : CollectionConverters.asJava(plan.expressions())) {
+      for (Expression e : SparkCompat.expressions(plan)) {
         expression(e);
       }
-      for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+      for (LogicalPlan child : children) {
         visit(child);
       }
     }
@@ -208,11 +200,11 @@ final class CachedTables {
         }
       } else if (plan instanceof LocalRelation) {
         MessageDigest digest = sha256();
-        for (InternalRow row : CollectionConverters.asJava(((LocalRelation) plan).data())) {
+        for (InternalRow row : SparkCompat.localRows((LocalRelation) plan)) {
           digest.update(row.toString().getBytes(StandardCharsets.UTF_8));
           digest.update((byte) '\n');
         }
-        parts.add("local " + HexFormat.of().formatHex(digest.digest()));
+        parts.add("local " + SparkCompat.hex(digest.digest()));
       } else if (!(plan instanceof Range || plan instanceof OneRowRelation)) {
         problem = "it reads " + plan.nodeName() + ", whose content spark-steward cannot identify "
             + "(shared caches need file sources, ranges or local data)";
@@ -234,16 +226,16 @@ final class CachedTables {
       }
       if (e instanceof PythonFuncExpression) {
         MessageDigest digest = sha256();
-        for (Object b : CollectionConverters.asJava(((PythonFuncExpression) e).func().command())) {
-          digest.update((Byte) b);
+        for (Byte b : SparkCompat.pythonCommand((PythonFuncExpression) e)) {
+          digest.update(b);
         }
         parts.add("python " + ((PythonFuncExpression) e).name() + " "
-            + HexFormat.of().formatHex(digest.digest()));
+            + SparkCompat.hex(digest.digest()));
       }
       if (e instanceof SubqueryExpression) {
         visit(((SubqueryExpression) e).plan());
       }
-      for (Expression child : CollectionConverters.asJava(e.children())) {
+      for (Expression child : SparkCompat.children(e)) {
         expression(child);
       }
     }
@@ -257,11 +249,7 @@ final class CachedTables {
     }
   }
 
-  // -- small Scala interop helpers ------------------------------------------------------------
-
-  static <T> scala.collection.immutable.Seq<T> emptySeq() {
-    return CollectionConverters.asScala(new ArrayList<T>()).toList();
-  }
+  // -- small Scala interop helper --------------------------------------------------------------
 
   static <T> scala.Function1<T, Object> fn(Predicate<T> predicate) {
     return predicate::test;

@@ -4,18 +4,17 @@ import java.io.EOFException;
 import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.Serializable;
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
-import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Locale;
 import java.util.NoSuchElementException;
 import java.util.Set;
-import java.util.zip.CRC32C;
+import java.util.zip.Checksum;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.ChecksumFileSystem;
@@ -29,12 +28,12 @@ import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.api.java.function.Function2;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
-import org.apache.spark.sql.classic.Dataset;
-import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.execution.QueryExecution;
 import org.apache.spark.sql.execution.SQLExecution;
 import org.apache.spark.sql.types.DataType;
@@ -73,11 +72,9 @@ final class CheckpointData {
   static final int BLOCK_TARGET = 1 << 20;
   static final String ERROR = "spark-steward: checkpoint data ";
   private static final byte[] MAGIC = "SSCK".getBytes(StandardCharsets.US_ASCII);
-  private static final VarHandle INT =
-      MethodHandles.byteArrayViewVarHandle(int[].class, ByteOrder.LITTLE_ENDIAN);
   /** Schemes whose files appear whole at close and have no cheap rename: written in place. */
-  private static final Set<String> OBJECT_STORES =
-      Set.of("s3", "s3a", "s3n", "gs", "oss", "cos", "cosn", "obs", "ks3", "tos");
+  private static final Set<String> OBJECT_STORES = Collections.unmodifiableSet(new HashSet<>(
+      Arrays.asList("s3", "s3a", "s3n", "gs", "oss", "cos", "cosn", "obs", "ks3", "tos")));
 
   private CheckpointData() {}
 
@@ -127,7 +124,7 @@ final class CheckpointData {
     StructType schema = (StructType) DataType.fromJson(schemaJson);
     List<FileSpec> specs = new ArrayList<>();
     for (String line : files.split("\n")) {
-      if (!line.isBlank()) {
+      if (!line.trim().isEmpty()) {
         specs.add(FileSpec.parse(line));
       }
     }
@@ -139,7 +136,7 @@ final class CheckpointData {
       rows = jsc.parallelize(specs, specs.size()).mapPartitionsWithIndex(
           new ReadTask(broadcastConf(spark), dirUrl, schema.length()), false);
     }
-    return spark.internalCreateDataFrame(rows.rdd(), schema, false);
+    return SparkCompat.internalCreateDataFrame(spark, rows.rdd(), schema);
   }
 
   private static Broadcast<SerializableConfiguration> broadcastConf(SparkSession spark) {
@@ -162,6 +159,19 @@ final class CheckpointData {
 
   static String hex(int crc) {
     return String.format(Locale.ROOT, "%08x", crc & 0xffffffffL);
+  }
+
+  /** The little-endian int at {@code pos} of {@code bytes}. */
+  static int getIntLE(byte[] bytes, int pos) {
+    return (bytes[pos] & 0xff) | (bytes[pos + 1] & 0xff) << 8 | (bytes[pos + 2] & 0xff) << 16
+        | bytes[pos + 3] << 24;
+  }
+
+  static void putIntLE(byte[] bytes, int pos, int value) {
+    bytes[pos] = (byte) value;
+    bytes[pos + 1] = (byte) (value >> 8);
+    bytes[pos + 2] = (byte) (value >> 16);
+    bytes[pos + 3] = (byte) (value >> 24);
   }
 
   // -- writing -------------------------------------------------------------------------------
@@ -226,8 +236,8 @@ final class CheckpointData {
   /** Packs rows into blocks in one reused buffer; one write per block. */
   static final class BlockWriter {
     private final StructType schema;
-    private final CRC32C blockCrc = new CRC32C();
-    private final CRC32C fileCrc = new CRC32C();
+    private final Checksum blockCrc = SparkCompat.crc32c();
+    private final Checksum fileCrc = SparkCompat.crc32c();
     private byte[] buf = new byte[BLOCK_HEADER + BLOCK_TARGET + 1024];
     private int pos = BLOCK_HEADER;
     private int blockRows;
@@ -245,8 +255,8 @@ final class CheckpointData {
     void writeAll(Iterator<InternalRow> it, FSDataOutputStream out) throws IOException {
       byte[] header = new byte[FILE_HEADER];
       System.arraycopy(MAGIC, 0, header, 0, 4);
-      INT.set(header, 4, VERSION);
-      INT.set(header, 8, schema.length());
+      putIntLE(header, 4, VERSION);
+      putIntLE(header, 8, schema.length());
       out.write(header);
       fileCrc.update(header, 0, header.length);
       bytes = header.length;
@@ -279,7 +289,7 @@ final class CheckpointData {
           System.arraycopy(buf, 0, bigger, 0, pos);
           buf = bigger;
         }
-        INT.set(buf, pos, size);
+        putIntLE(buf, pos, size);
         Platform.copyMemory(unsafe.getBaseObject(), unsafe.getBaseOffset(), buf,
             Platform.BYTE_ARRAY_OFFSET + pos + 4, size);
         pos += need;
@@ -294,9 +304,9 @@ final class CheckpointData {
       int payload = pos - BLOCK_HEADER;
       blockCrc.reset();
       blockCrc.update(buf, BLOCK_HEADER, payload);
-      INT.set(buf, 0, payload);
-      INT.set(buf, 4, blockRows);
-      INT.set(buf, 8, (int) blockCrc.getValue());
+      putIntLE(buf, 0, payload);
+      putIntLE(buf, 4, blockRows);
+      putIntLE(buf, 8, (int) blockCrc.getValue());
       out.write(buf, 0, pos);
       fileCrc.update(buf, 0, pos);
       bytes += pos;
@@ -376,7 +386,7 @@ final class CheckpointData {
     private final String url;
     private final FileSpec spec;
     private final int numFields;
-    private final CRC32C fileCrc = new CRC32C();
+    private final Checksum fileCrc = SparkCompat.crc32c();
     private final byte[] header = new byte[BLOCK_HEADER];
     private FSDataInputStream in;
     private long offset;
@@ -427,7 +437,7 @@ final class CheckpointData {
       if (!hasNext()) {
         throw new NoSuchElementException();
       }
-      int size = rowPos + 4 <= block.length ? (int) INT.get(block, rowPos) : -1;
+      int size = rowPos + 4 <= block.length ? getIntLE(block, rowPos) : -1;
       if (size < 0 || rowPos + 4L + size > block.length) {
         throw CheckpointData.<RuntimeException>sneaky(fail("block " + blockIndex + " row " + emitted
             + " length " + size + " runs past the block"));
@@ -457,11 +467,11 @@ final class CheckpointData {
           throw fail("bad magic (not a spark-steward checkpoint data file)");
         }
       }
-      int version = (int) INT.get(fileHeader, 4);
+      int version = getIntLE(fileHeader, 4);
       if (version != VERSION) {
         throw fail("format version " + version + " is not supported (only " + VERSION + ")");
       }
-      int fields = (int) INT.get(fileHeader, 8);
+      int fields = getIntLE(fileHeader, 8);
       if (fields != numFields) {
         throw fail("rows have " + fields + " fields, the schema has " + numFields);
       }
@@ -471,9 +481,9 @@ final class CheckpointData {
     private void readBlock() throws IOException {
       blockIndex++;
       readFully(header, "block " + blockIndex + " header");
-      int payload = (int) INT.get(header, 0);
-      int count = (int) INT.get(header, 4);
-      int recorded = (int) INT.get(header, 8);
+      int payload = getIntLE(header, 0);
+      int count = getIntLE(header, 4);
+      int recorded = getIntLE(header, 8);
       if (payload < 0 || count < 0 || payload > spec.size - offset) {
         throw fail("block " + blockIndex + " header at byte " + (offset - BLOCK_HEADER)
             + " is corrupt (payload " + payload + " bytes, " + count + " rows, "
@@ -482,7 +492,7 @@ final class CheckpointData {
       fileCrc.update(header, 0, BLOCK_HEADER);
       byte[] data = new byte[payload];
       readFully(data, "block " + blockIndex + " payload");
-      CRC32C crc = new CRC32C();
+      Checksum crc = SparkCompat.crc32c();
       crc.update(data, 0, payload);
       int actual = (int) crc.getValue();
       if (actual != recorded) {

@@ -22,7 +22,9 @@ import java.nio.file.attribute.PosixFilePermissions;
 import java.security.SecureRandom;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Deque;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -108,7 +110,7 @@ final class LocalDirs {
 
   /** Python's {@code os.getuid()}: the default dir is per user, as {@code spark-steward-<uid>}. */
   static long uid() {
-    return new com.sun.security.auth.module.UnixSystem().getUid();
+    return SparkCompat.processUid();
   }
 
   /**
@@ -116,7 +118,7 @@ final class LocalDirs {
    * usable.
    */
   static String resolve(String configured, Map<String, String> env, String cwd, long uid) {
-    String value = configured == null ? "" : configured.strip();
+    String value = configured == null ? "" : configured.trim();
     if (!value.isEmpty()) {
       return value;
     }
@@ -181,8 +183,12 @@ final class LocalDirs {
         parts.removeLast();
       }
     }
-    String joined = "/".repeat(leading) + String.join("/", parts);
-    return joined.isEmpty() ? "." : joined;
+    StringBuilder joined = new StringBuilder();
+    for (int i = 0; i < leading; i++) {
+      joined.append('/');
+    }
+    joined.append(String.join("/", parts));
+    return joined.length() == 0 ? "." : joined.toString();
   }
 
   /** Python's probe: a new file with a random name can be created, written and removed. */
@@ -196,8 +202,8 @@ final class LocalDirs {
       }
       try {
         try (SeekableByteChannel channel = Files.newByteChannel(probe,
-            Set.<OpenOption>of(StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE,
-                LinkOption.NOFOLLOW_LINKS),
+            new HashSet<OpenOption>(Arrays.asList(StandardOpenOption.CREATE_NEW,
+                StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS)),
             PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")))) {
           channel.write(ByteBuffer.wrap(new byte[] {'b', 'l', 'a', 't'}));
         } finally {

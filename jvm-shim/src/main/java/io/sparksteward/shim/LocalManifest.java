@@ -14,11 +14,11 @@ import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
+import java.util.EnumSet;
 import java.util.Map;
-import java.util.Set;
 import java.util.TreeMap;
 import java.util.UUID;
-import java.util.zip.CRC32C;
+import java.util.zip.Checksum;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -117,8 +117,9 @@ final class LocalManifest {
   void write(String entry, String suffix, Map<String, Object> body)
       throws IOException {
     String canonicalBody = canonical(body);
-    CRC32C crc = new CRC32C();
-    crc.update(canonicalBody.getBytes(StandardCharsets.UTF_8));
+    Checksum crc = SparkCompat.crc32c();
+    byte[] canonicalBytes = canonicalBody.getBytes(StandardCharsets.UTF_8);
+    crc.update(canonicalBytes, 0, canonicalBytes.length);
     String envelope = "{\"body\":" + canonicalBody + ",\"crc32c\":\""
         + String.format("%08x", crc.getValue()) + "\",\"format\":1}\n";
     java.nio.file.Path path = path(entry, suffix);
@@ -127,7 +128,7 @@ final class LocalManifest {
         "." + path.getFileName() + ".tmp-" + UUID.randomUUID().toString().substring(0, 12));
     try {
       try (FileChannel out = FileChannel.open(tmp,
-          Set.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE),
+          EnumSet.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE),
           LocalDirs.PRIVATE_FILE)) {
         ByteBuffer bb = ByteBuffer.wrap(envelope.getBytes(StandardCharsets.UTF_8));
         while (bb.hasRemaining()) {
@@ -152,8 +153,9 @@ final class LocalManifest {
         fields.put(e.getKey(), e.getValue().isNumber() ? (Object) e.getValue().numberValue()
             : (Object) e.getValue().asText());
       }
-      CRC32C crc = new CRC32C();
-      crc.update(canonical(fields).getBytes(StandardCharsets.UTF_8));
+      Checksum crc = SparkCompat.crc32c();
+      byte[] canonicalBytes = canonical(fields).getBytes(StandardCharsets.UTF_8);
+      crc.update(canonicalBytes, 0, canonicalBytes.length);
       if (!String.format("%08x", crc.getValue()).equals(envelope.path("crc32c").asText())) {
         LOG.warn("spark-steward: manifest record {} fails verification; ignored", path);
         return null;

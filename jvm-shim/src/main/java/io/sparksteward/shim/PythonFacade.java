@@ -5,9 +5,9 @@ import java.util.function.Function;
 
 import org.apache.spark.SparkContext;
 import org.apache.spark.api.java.JavaRDD;
+import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.classic.Dataset;
-import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.SparkSession;
 
 /**
  * The only class of the shim Python calls ({@code spark_steward.kernel.jvm}): one static method

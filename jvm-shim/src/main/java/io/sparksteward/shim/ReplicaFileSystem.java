@@ -13,11 +13,11 @@ import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
 import java.nio.file.attribute.FileTime;
+import java.util.EnumSet;
 import java.util.Map;
-import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.zip.CRC32C;
+import java.util.zip.Checksum;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
@@ -208,7 +208,7 @@ public final class ReplicaFileSystem extends FileSystem {
       throws IOException {
     JsonNode record;
     try (FileChannel lockFile = FileChannel.open(sidecar(file, "write"),
-            Set.of(StandardOpenOption.CREATE, StandardOpenOption.WRITE), LocalDirs.PRIVATE_FILE);
+            EnumSet.of(StandardOpenOption.CREATE, StandardOpenOption.WRITE), LocalDirs.PRIVATE_FILE);
          FileLock writer = lockFile.lock()) {
       assert writer.isValid();
       record = manifest.read(entry, "rec");
@@ -250,12 +250,12 @@ public final class ReplicaFileSystem extends FileSystem {
   }
 
   private long copy(Path remotePath, java.nio.file.Path tmp, long size) throws IOException {
-    CRC32C crc = new CRC32C();
+    Checksum crc = SparkCompat.crc32c();
     long copied = 0;
     byte[] buf = new byte[1 << 20];
     try (InputStream in = remote.open(remotePath);
          FileChannel out = FileChannel.open(tmp,
-             Set.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE),
+             EnumSet.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE),
              LocalDirs.PRIVATE_FILE)) {
       int n;
       while ((n = in.read(buf)) > 0) {
@@ -302,15 +302,13 @@ public final class ReplicaFileSystem extends FileSystem {
   }
 
   private static long[] crcOf(java.nio.file.Path file) throws IOException {
-    CRC32C crc = new CRC32C();
+    Checksum crc = SparkCompat.crc32c();
     long size = 0;
-    ByteBuffer buf = ByteBuffer.allocateDirect(1 << 20);
-    try (FileChannel in = FileChannel.open(file, StandardOpenOption.READ)) {
-      while (in.read(buf) > 0) {
-        buf.flip();
-        size += buf.remaining();
-        crc.update(buf);
-        buf.clear();
+    byte[] buf = new byte[1 << 20];
+    try (InputStream in = Files.newInputStream(file)) {
+      for (int n = in.read(buf); n >= 0; n = in.read(buf)) {
+        size += n;
+        crc.update(buf, 0, n);
       }
     }
     return new long[] {crc.getValue(), size};

@@ -9,11 +9,10 @@ import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.Collections;
-import java.util.HexFormat;
 import java.util.Iterator;
 import java.util.Locale;
 import java.util.NoSuchElementException;
-import java.util.zip.CRC32C;
+import java.util.zip.Checksum;
 
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.VectorSchemaRoot;
@@ -26,12 +25,12 @@ import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.function.Function2;
+import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
-import org.apache.spark.sql.classic.Dataset;
-import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.DataType;
@@ -106,13 +105,13 @@ final class SegmentCodec {
                                     String schemaJson) {
     StructType schema = (StructType) DataType.fromJson(schemaJson);
     JavaRDD<InternalRow> rows = streams.mapPartitionsWithIndex(new DecodeTask(schema), false);
-    return spark.internalCreateDataFrame(rows.rdd(), schema, false);
+    return SparkCompat.internalCreateDataFrame(spark, rows.rdd(), schema);
   }
 
   // -- shared --------------------------------------------------------------------------------
 
   static Schema arrowSchema(StructType schema, String timeZone) {
-    return ArrowUtils.toArrowSchema(schema, timeZone, true, false, false);
+    return SparkCompat.arrowSchema(schema, timeZone);
   }
 
   static BufferAllocator allocator(String what, int partition) {
@@ -177,7 +176,7 @@ final class SegmentCodec {
       private final int partition;
       private final Iterator<InternalRow> rows;
       private final Pending pending = new Pending(Math.min(chunkBytes, 1 << 20) + (64 << 10));
-      private final CRC32C crc = new CRC32C();
+      private final Checksum crc = SparkCompat.crc32c();
       private final MessageDigest sha;
       private final VectorSchemaRoot root;
       private final BufferAllocator allocator;
@@ -232,7 +231,7 @@ final class SegmentCodec {
         String record = String.format(Locale.ROOT,
             "E{\"partition\":%d,\"rows\":%d,\"length\":%d,\"crc32c\":\"%s\",\"sha256\":\"%s\"}",
             partition, rowCount, length, CheckpointData.hex((int) crc.getValue()),
-            HexFormat.of().formatHex(sha.digest()));
+            SparkCompat.hex(sha.digest()));
         return record.getBytes(StandardCharsets.UTF_8);
       }
 

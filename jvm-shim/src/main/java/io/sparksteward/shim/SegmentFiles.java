@@ -8,7 +8,7 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Locale;
 import java.util.NoSuchElementException;
-import java.util.zip.CRC32C;
+import java.util.zip.Checksum;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
@@ -19,9 +19,9 @@ import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.api.java.function.Function2;
 import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.classic.Dataset;
-import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.util.SerializableConfiguration;
 import org.apache.spark.util.TaskCompletionListener;
 
@@ -50,7 +50,7 @@ final class SegmentFiles {
                                   String label) {
     List<Spec> specs = new ArrayList<>();
     for (String line : listing.split("\n")) {
-      if (!line.isBlank()) {
+      if (!line.trim().isEmpty()) {
         specs.add(Spec.parse(line));
       }
     }
@@ -111,7 +111,7 @@ final class SegmentFiles {
     private final Configuration conf;
     private final Spec spec;
     private final String what;
-    private final CRC32C crc = new CRC32C();
+    private final Checksum crc = SparkCompat.crc32c();
     private FSDataInputStream in;
     private long left;
 

@@ -53,10 +53,7 @@ final class StewardListener extends SparkListener {
       group = props.getProperty(JOB_GROUP);
       tags = props.getProperty(JOB_TAGS);
     }
-    List<Integer> stages = new java.util.ArrayList<>();
-    for (Object id : scala.jdk.javaapi.CollectionConverters.asJava(e.stageIds())) {
-      stages.add((Integer) id);
-    }
+    List<Integer> stages = SparkCompat.stageIds(e);
     buffer.offer(EventEncoder.event("job_start", e.time())
         .num(e.jobId())
         .nums(stages)

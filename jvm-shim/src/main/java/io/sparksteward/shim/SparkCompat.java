@@ -1,0 +1,382 @@
+package io.sparksteward.shim;
+
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
+import java.lang.reflect.Constructor;
+import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.zip.Checksum;
+
+import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.hadoop.util.PureJavaCrc32C;
+import org.apache.spark.api.python.PythonFunction;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.scheduler.SparkListenerJobStart;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.ExperimentalMethods;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Alias;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.AttributeReference;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.expressions.PythonFuncExpression;
+import org.apache.spark.sql.catalyst.plans.QueryPlan;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.rules.Rule;
+import org.apache.spark.sql.catalyst.trees.TreeNode;
+import org.apache.spark.sql.connector.catalog.CatalogV2Util;
+import org.apache.spark.sql.connector.catalog.Column;
+import org.apache.spark.sql.execution.datasources.LogicalRelation;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.ArrowUtils;
+
+import scala.Option;
+
+/**
+ * Every difference between the Spark lines the shim runs on, in one place: the jar is compiled
+ * once (against Spark 4.3, Scala 2.13) and loads on Spark 3.5 (Scala 2.12) and 4.0 to 4.3.
+ *
+ * <p>Why the reflection: a Scala member taking or returning a {@code Seq} has
+ * {@code scala.collection.Seq} in its JVM descriptor under 2.12 and
+ * {@code scala.collection.immutable.Seq} under 2.13, so such a call compiled against one line
+ * throws NoSuchMethodError on the other; some Catalyst constructors and helpers changed their
+ * parameters between lines; the concrete SparkSession and Dataset moved to
+ * {@code org.apache.spark.sql.classic} in 4.0. The other classes of the shim therefore name only
+ * {@code org.apache.spark.sql.SparkSession} and {@code Dataset} (4.x's API classes declare the
+ * {@code sessionState}, {@code experimental} and {@code queryExecution} they use), build and read
+ * Scala collections through {@link #seq} and {@link #list} (whose Scala members have the same
+ * descriptors under both Scala versions), and call here for the rest. Members are looked up once,
+ * by name and parameter count; one a line lacks fails its feature with an
+ * UnsupportedOperationException naming the feature and the Spark version.
+ *
+ * <p>The shim is compiled for Java 8 (Spark 3.5 runs on Java 8, 11 and 17), so the one newer JDK
+ * class it wants, {@code java.util.zip.CRC32C} (Java 9), is reached through {@link #crc32c}.
+ */
+final class SparkCompat {
+  private static final String SQL = "org.apache.spark.sql.";
+  private static final String CLASSIC = "org.apache.spark.sql.classic.";
+
+  private SparkCompat() {}
+
+  /** The version of the Spark the shim runs in, e.g. "3.5.9". */
+  static String sparkVersion() {
+    return org.apache.spark.package$.MODULE$.SPARK_VERSION();
+  }
+
+  // -- Scala collections -------------------------------------------------------------------------
+
+  /** The elements of any Scala collection, in order. */
+  @SuppressWarnings("unchecked")
+  static <T> List<T> list(Object scalaIterable) {
+    List<T> out = new ArrayList<>();
+    scala.collection.Iterator<?> it = ((scala.collection.Iterable<?>) scalaIterable).iterator();
+    while (it.hasNext()) {
+      out.add((T) it.next());
+    }
+    return out;
+  }
+
+  /** An immutable Scala List, which is the Seq either Scala version's Spark asks for. */
+  @SuppressWarnings("unchecked")
+  static <T> scala.collection.immutable.List<T> seq(List<? extends T> items) {
+    scala.collection.immutable.List<T> out =
+        (scala.collection.immutable.List<T>) (Object) scala.collection.immutable.Nil$.MODULE$;
+    for (int i = items.size() - 1; i >= 0; i--) {
+      out = out.$colon$colon(items.get(i));
+    }
+    return out;
+  }
+
+  // -- plans -------------------------------------------------------------------------------------
+
+  private static final class Plans {
+    static final MethodHandle OUTPUT = method(QueryPlan.class, "output", 0);
+    static final MethodHandle EXPRESSIONS = method(QueryPlan.class, "expressions", 0);
+    static final MethodHandle CHILDREN = method(TreeNode.class, "children", 0);
+    static final MethodHandle LOCAL_DATA = method(LocalRelation.class, "data", 0);
+    static final MethodHandle COMMAND = method(PythonFunction.class, "command", 0);
+    static final MethodHandle ALIAS = constructor(Alias.class, 6);
+    static final MethodHandle PROJECT = constructor(Project.class, 2);
+    /** (relation, output, catalogTable, isStreaming) on 3.5; 4.x adds the stream. */
+    static final MethodHandle LOGICAL_RELATION = firstNonNull(
+        constructor(LogicalRelation.class, 5), constructor(LogicalRelation.class, 4));
+    /** (schema, keep metadata as is) on 4.3; (schema) on 3.5 and 4.0. */
+    static final MethodHandle V2_COLUMNS = firstNonNull(
+        method(CatalogV2Util.class, "structTypeToV2Columns", 2),
+        method(CatalogV2Util.class, "structTypeToV2Columns", 1));
+  }
+
+  static List<Attribute> output(LogicalPlan plan) {
+    return list(call(Plans.OUTPUT, "plan output", plan));
+  }
+
+  static List<LogicalPlan> children(LogicalPlan plan) {
+    return list(call(Plans.CHILDREN, "plan children", plan));
+  }
+
+  static List<Expression> children(Expression expression) {
+    return list(call(Plans.CHILDREN, "expression children", expression));
+  }
+
+  static List<Expression> expressions(LogicalPlan plan) {
+    return list(call(Plans.EXPRESSIONS, "plan expressions", plan));
+  }
+
+  static List<InternalRow> localRows(LocalRelation relation) {
+    return list(call(Plans.LOCAL_DATA, "local relation rows", relation));
+  }
+
+  /** The pickled bytes of a Python function expression. */
+  static List<Byte> pythonCommand(PythonFuncExpression expression) {
+    return list(call(Plans.COMMAND, "Python function bytes", expression.func()));
+  }
+
+  /** {@code child AS name} keeping the expression id {@code exprId} of {@code wanted}. */
+  static NamedExpression alias(Expression child, Attribute wanted) {
+    scala.collection.immutable.List<String> none = seq(new ArrayList<String>());
+    return (NamedExpression) call(Plans.ALIAS, "Alias", child, wanted.name(), wanted.exprId(),
+        none, Option.empty(), none);
+  }
+
+  static LogicalPlan project(List<NamedExpression> projections, LogicalPlan child) {
+    return (LogicalPlan) call(Plans.PROJECT, "Project", seq(projections), child);
+  }
+
+  /** A batch LogicalRelation of {@code template}'s relation and table with {@code output}. */
+  static LogicalPlan logicalRelation(LogicalRelation template, List<AttributeReference> output) {
+    MethodHandle made = need(Plans.LOGICAL_RELATION, "LogicalRelation");
+    return made.type().parameterCount() == 5
+        ? (LogicalPlan) call(made, "LogicalRelation", template.relation(), seq(output),
+            template.catalogTable(), false, Option.empty())
+        : (LogicalPlan) call(made, "LogicalRelation", template.relation(), seq(output),
+            template.catalogTable(), false);
+  }
+
+  /** A DSv2 table's columns for {@code schema}, as 4.3 makes them (metadata left in place). */
+  static Column[] v2Columns(StructType schema) {
+    MethodHandle made = need(Plans.V2_COLUMNS, "DSv2 columns");
+    return made.type().parameterCount() == 2
+        ? (Column[]) call(made, "DSv2 columns", schema, false)
+        : (Column[]) call(made, "DSv2 columns", schema);
+  }
+
+  // -- sessions and datasets ---------------------------------------------------------------------
+
+  private static final class Sessions {
+    static final Class<?> SESSION = sqlClass("SparkSession");
+    static final MethodHandle INTERNAL_CREATE =
+        method(SESSION, "internalCreateDataFrame", 3);
+    static final MethodHandle OF_ROWS = moduleMethod(sqlClass("Dataset").getName(), "ofRows", 2);
+    static final MethodHandle EXTRA_OPTIMIZATIONS =
+        method(ExperimentalMethods.class, "extraOptimizations", 0);
+    static final MethodHandle SET_EXTRA_OPTIMIZATIONS =
+        method(ExperimentalMethods.class, "extraOptimizations_$eq", 1);
+  }
+
+  /** A DataFrame over {@code plan} (analyzed now, as {@code Dataset.ofRows} does). */
+  @SuppressWarnings("unchecked")
+  static Dataset<Row> ofRows(SparkSession session, LogicalPlan plan) {
+    return (Dataset<Row>) call(Sessions.OF_ROWS, "DataFrame of a plan", session, plan);
+  }
+
+  /** A DataFrame over internal rows of {@code schema} (no conversion of the rows). */
+  @SuppressWarnings("unchecked")
+  static Dataset<Row> internalCreateDataFrame(SparkSession session, RDD<InternalRow> rows,
+      StructType schema) {
+    return (Dataset<Row>) call(Sessions.INTERNAL_CREATE, "DataFrame of internal rows", session,
+        rows, schema, false);
+  }
+
+  static List<Rule<LogicalPlan>> extraOptimizations(ExperimentalMethods experimental) {
+    return list(call(Sessions.EXTRA_OPTIMIZATIONS, "extra optimizer rules", experimental));
+  }
+
+  static void setExtraOptimizations(ExperimentalMethods experimental,
+      List<Rule<LogicalPlan>> rules) {
+    call(Sessions.SET_EXTRA_OPTIMIZATIONS, "extra optimizer rules", experimental, seq(rules));
+  }
+
+  // -- other Spark members -----------------------------------------------------------------------
+
+  private static final class Others {
+    static final MethodHandle STAGE_IDS = method(SparkListenerJobStart.class, "stageIds", 0);
+    /** (schema, timeZone, errorOnDuplicatedFieldNames, largeVarTypes[, 4.3's third flag]). */
+    static final MethodHandle ARROW_SCHEMA = firstNonNull(
+        method(ArrowUtils.class, "toArrowSchema", 5), method(ArrowUtils.class, "toArrowSchema", 4));
+  }
+
+  static List<Integer> stageIds(SparkListenerJobStart event) {
+    return list(call(Others.STAGE_IDS, "job stage ids", event));
+  }
+
+  /** Spark's Arrow schema for {@code schema}: duplicate names fail, no large variable types. */
+  static Schema arrowSchema(StructType schema, String timeZone) {
+    MethodHandle made = need(Others.ARROW_SCHEMA, "Arrow schema");
+    return made.type().parameterCount() == 5
+        ? (Schema) call(made, "Arrow schema", schema, timeZone, true, false, false)
+        : (Schema) call(made, "Arrow schema", schema, timeZone, true, false);
+  }
+
+  // -- Java 8 ------------------------------------------------------------------------------------
+
+  private static final class Java {
+    static final MethodHandle CRC32C = javaCrc32c();
+
+    private static MethodHandle javaCrc32c() {
+      try {
+        return MethodHandles.publicLookup()
+            .findConstructor(Class.forName("java.util.zip.CRC32C"),
+                MethodType.methodType(void.class))
+            .asType(MethodType.methodType(Checksum.class));
+      } catch (ReflectiveOperationException e) {
+        return null; // Java 8: Hadoop's pure-Java one (same values, slower)
+      }
+    }
+  }
+
+  /** A new CRC-32C: the JDK's intrinsic one from Java 9, Hadoop's on Java 8. */
+  static Checksum crc32c() {
+    if (Java.CRC32C == null) {
+      return new PureJavaCrc32C();
+    }
+    try {
+      return (Checksum) Java.CRC32C.invokeExact();
+    } catch (Throwable t) {
+      throw CheckpointData.<RuntimeException>sneaky(t);
+    }
+  }
+
+  /**
+   * The uid of this process, as Python's {@code os.getuid()}. The JDK class that knows it is
+   * outside the API javac offers for Java 8, though every JDK on Unix has it.
+   */
+  static long processUid() {
+    try {
+      Class<?> unix = Class.forName("com.sun.security.auth.module.UnixSystem");
+      return (Long) unix.getMethod("getUid").invoke(unix.getConstructor().newInstance());
+    } catch (ReflectiveOperationException e) {
+      throw new IllegalStateException(CachedTables.ERROR_PREFIX + "cannot read this process's uid "
+          + "(com.sun.security.auth.module.UnixSystem): " + e, e);
+    }
+  }
+
+  /** Lower-case hex of {@code bytes}. */
+  static String hex(byte[] bytes) {
+    char[] out = new char[bytes.length * 2];
+    for (int i = 0; i < bytes.length; i++) {
+      out[2 * i] = Character.forDigit((bytes[i] >> 4) & 0xf, 16);
+      out[2 * i + 1] = Character.forDigit(bytes[i] & 0xf, 16);
+    }
+    return new String(out);
+  }
+
+  /**
+   * What this Spark lacks of the members above, as "feature (member)": empty on every supported
+   * line. For jvm-shim/check_lines.py, which cannot see reflective calls in the class files.
+   */
+  static List<String> missingMembers() {
+    Object[] named = {
+        "plan output", Plans.OUTPUT, "plan expressions", Plans.EXPRESSIONS,
+        "children", Plans.CHILDREN, "local relation rows", Plans.LOCAL_DATA,
+        "Python function bytes", Plans.COMMAND, "Alias", Plans.ALIAS, "Project", Plans.PROJECT,
+        "LogicalRelation", Plans.LOGICAL_RELATION, "DSv2 columns", Plans.V2_COLUMNS,
+        "DataFrame of internal rows", Sessions.INTERNAL_CREATE,
+        "DataFrame of a plan", Sessions.OF_ROWS,
+        "extra optimizer rules", Sessions.EXTRA_OPTIMIZATIONS,
+        "extra optimizer rules (set)", Sessions.SET_EXTRA_OPTIMIZATIONS,
+        "job stage ids", Others.STAGE_IDS, "Arrow schema", Others.ARROW_SCHEMA,
+    };
+    List<String> missing = new ArrayList<>();
+    for (int i = 0; i < named.length; i += 2) {
+      if (named[i + 1] == null) {
+        missing.add((String) named[i]);
+      }
+    }
+    return missing;
+  }
+
+  // -- lookup ------------------------------------------------------------------------------------
+
+  /** {@code org.apache.spark.sql.classic.<name>} on 4.x, {@code org.apache.spark.sql.<name>} on 3.5. */
+  private static Class<?> sqlClass(String name) {
+    ClassLoader loader = SparkCompat.class.getClassLoader();
+    try {
+      return Class.forName(CLASSIC + name, false, loader);
+    } catch (ClassNotFoundException e) {
+      try {
+        return Class.forName(SQL + name, false, loader);
+      } catch (ClassNotFoundException missing) {
+        throw new IllegalStateException(CachedTables.ERROR_PREFIX + "no " + name + " class in "
+            + "Spark " + sparkVersion(), missing);
+      }
+    }
+  }
+
+  /** The public method {@code name} with {@code arity} parameters (not a bridge), or null. */
+  private static MethodHandle method(Class<?> owner, String name, int arity) {
+    for (Method m : owner.getMethods()) {
+      if (m.getName().equals(name) && m.getParameterCount() == arity && !m.isBridge()) {
+        try {
+          return MethodHandles.publicLookup().unreflect(m);
+        } catch (IllegalAccessException e) {
+          return null;
+        }
+      }
+    }
+    return null;
+  }
+
+  /** The public constructor of {@code owner} with {@code arity} parameters, or null. */
+  private static MethodHandle constructor(Class<?> owner, int arity) {
+    for (Constructor<?> c : owner.getConstructors()) {
+      if (c.getParameterCount() == arity) {
+        try {
+          return MethodHandles.publicLookup().unreflectConstructor(c);
+        } catch (IllegalAccessException e) {
+          return null;
+        }
+      }
+    }
+    return null;
+  }
+
+  /** Method {@code name} of Scala object {@code className}, bound to the object, or null. */
+  private static MethodHandle moduleMethod(String className, String name, int arity) {
+    try {
+      Class<?> module = Class.forName(className + "$", true, SparkCompat.class.getClassLoader());
+      MethodHandle found = method(module, name, arity);
+      return found == null ? null : found.bindTo(module.getField("MODULE$").get(null));
+    } catch (ReflectiveOperationException e) {
+      return null;
+    }
+  }
+
+  private static MethodHandle firstNonNull(MethodHandle first, MethodHandle second) {
+    return first != null ? first : second;
+  }
+
+  private static MethodHandle need(MethodHandle handle, String feature) {
+    if (handle == null) {
+      throw new UnsupportedOperationException(CachedTables.ERROR_PREFIX + feature
+          + " is not supported on Spark " + sparkVersion() + " (the member spark-steward "
+          + "calls for it is missing)");
+    }
+    return handle;
+  }
+
+  /** Calls {@code handle}; what it throws is thrown unchanged. */
+  private static Object call(MethodHandle handle, String feature, Object... args) {
+    try {
+      return need(handle, feature).invokeWithArguments(args);
+    } catch (Throwable t) {
+      throw CheckpointData.<RuntimeException>sneaky(t);
+    }
+  }
+}
