@@ -54,7 +54,7 @@ def _enroll_before_start(proceed: Any, sc: Any, jconf: Any, *args: Any, **kwargs
         from spark_steward.kernel.shim import jar_path
 
         jar = str(jar_path(_get(jconf, SHIM_JAR.name) or ""))
-        changed = jvm.enroll_shim(sc._jvm, jconf, jar)
+        changed = jvm.enroll_shim(sc, jconf, jar)
         if changed:
             log.debug("spark-steward added its plugin and jar %s to: %s", jar, ", ".join(changed))
     return proceed(sc, jconf, *args, **kwargs)

@@ -163,12 +163,14 @@ def _conf_list(jconf: Any, key: str) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def enroll_shim(jvm: Any, jconf: Any, jar: str) -> list[str]:
+def enroll_shim(sc: "SparkContext", jconf: Any, jar: str) -> list[str]:
     """Adds the plugin and the shim jar to the conf of a SparkContext about to start, after
     whatever is there already: the platform's spark-defaults.conf, a ``--properties-file``,
     ``--jars`` and ``--conf`` all reach ``jconf`` first, so nothing of theirs is replaced. The
     jar also joins the driver's class loader (the one SparkContext loads plugins with) when the
-    plugin class is not loadable yet. Returns the keys changed, for the log."""
+    plugin class is not loadable yet. ``sc`` is the context being built (its JVM gateway is up,
+    its JVM SparkContext not yet). Returns the keys changed, for the log."""
+    jvm: Any = sc._jvm
     changed = []
     plugins = _conf_list(jconf, "spark.plugins")
     if PLUGIN_CLASS not in plugins + _conf_list(jconf, "spark.plugins.defaultList"):
