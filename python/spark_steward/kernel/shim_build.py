@@ -18,7 +18,17 @@ import zipfile
 from pathlib import Path
 
 JAR_NAME = "spark-steward-shim.jar"
-JAVA_RELEASE = "17"
+# The bytecode and JDK API level of the shim. Java 8: the one jar the wheel ships runs on every
+# JVM the supported Spark lines run on (3.5 on Java 8, 11 and 17; 4.x on 17 and newer). javac
+# still has to be 17 or newer, to read Spark 4's class files.
+JAVA_RELEASE = "8"
+# -Xlint exclusions, each for a reason: "path", jars on Spark's classpath name missing manifest
+# entries; "serial", the shim's task functions are Serializable and are only ever read by the
+# same jar within one application, so they carry no serialVersionUID;
+# "classfile", Spark 4's classes carry annotation members newer than Java 8 (@Deprecated(since)),
+# which --release 8 reports for every such class; "options", newer javacs call release 8
+# obsolete (a warning only).
+JAVAC_LINT = "-Xlint:all,-path,-serial,-classfile,-options"
 _NEEDED_JARS = ("spark-core_*.jar", "scala-library-*.jar")
 
 
@@ -89,7 +99,7 @@ def compile_shim(src_dir: Path, out_jar: Path, jars_dir: Path | None = None) -> 
     out_jar.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="spark-steward-shim-") as classes:
         result = subprocess.run(
-            [javac, "--release", JAVA_RELEASE, "-Xlint:all,-path,-serial", "-Werror",
+            [javac, "--release", JAVA_RELEASE, JAVAC_LINT, "-Werror",
              "-encoding", "UTF-8", "-cp", classpath, "-d", classes, *sources],
             capture_output=True, text=True)
         if result.returncode != 0:
