@@ -39,7 +39,7 @@ def _spark_requirements() -> list[str]:
         shim_build.find_spark_jars()
         return []
     except shim_build.ShimBuildError:
-        return ["pyspark>=4.0,<5"]
+        return ["pyspark>=3.5,<5"]
 
 
 def _compile_jar() -> None:
