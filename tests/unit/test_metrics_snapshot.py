@@ -92,12 +92,12 @@ def test_publish_never_raises_and_says_once_when_the_plugin_is_missing(
     report = metrics.RuntimeReport(object(), [Reporter("a", {"blobs.held": 1})], lambda: 0)
     with caplog.at_level("INFO", logger="spark_steward.kernel.metrics"):
         for _ in range(4):
-            assert report() == CleanupBacklog()
+            report.publish()
     assert len(pushed) == 4 and "blobs.held=1\n" in pushed[0]
     said = [r.getMessage() for r in caplog.records]
     assert sum("spark.plugins" in m for m in said) == 1
     assert sum("could not publish" in m for m in said) == 1
-    assert report(publish=False) == CleanupBacklog() and len(pushed) == 4
+    assert report.backlog() == CleanupBacklog() and len(pushed) == 4
 
 
 def test_a_stopped_context_is_not_reported_as_a_missing_plugin(
@@ -163,3 +163,35 @@ def test_the_record_carries_the_backlog_and_tolerates_a_bad_one(tmp_path: Path) 
     storage.write_record(registry.record_path("app-1"), body)
     read = registry.read("app-1")
     assert read is not None and read.cleanup is None and read.finished
+
+
+def test_the_heartbeat_writes_the_backlog_before_it_publishes(tmp_path: Path) -> None:
+    """Publishing calls into the JVM: it comes after the record that keeps the application
+    alive in others' eyes, and a failing report never stops the heartbeat."""
+    from spark_steward.kernel.heartbeat import ApplicationHeartbeat
+
+    registry = ApplicationRegistry(Storage.from_url(str(tmp_path)), heartbeat_timeout=60)
+    backlog = CleanupBacklog(1, 5.0, 2, (GivenUp("p", "OSError: e"),))
+    seen: list[CleanupBacklog | None] = []
+
+    class Report:
+        calls = 0
+
+        def backlog(self) -> CleanupBacklog:
+            Report.calls += 1
+            if Report.calls == 2:
+                raise RuntimeError("one bad beat")
+            return backlog
+
+        def publish(self, given: CleanupBacklog | None = None) -> None:
+            record = registry.read("app-hb")
+            assert record is not None
+            seen.append(record.cleanup)
+
+    heartbeat = ApplicationHeartbeat(registry, 0.01, report=Report())
+    heartbeat.start("app-hb", "n", spark_version="", steward_version="")
+    assert until(lambda: len(seen) >= 4)
+    heartbeat.stop()
+    assert seen[0] == backlog and backlog in seen[2:]
+    final = registry.read("app-hb")
+    assert final is not None and final.finished and final.cleanup == backlog

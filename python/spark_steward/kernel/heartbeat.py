@@ -16,10 +16,13 @@ log = logging.getLogger(__name__)
 
 
 class BeatReport(Protocol):
-    """Called every beat before the record is written: publishes the metrics (``publish``)
-    and returns the cleanup backlog the record carries."""
+    """What the heartbeat reports every beat: the cleanup backlog its record carries, then,
+    once the record is written, the metrics (a call into the JVM, which must never delay the
+    record that keeps this application from being taken for dead)."""
 
-    def __call__(self, *, publish: bool = True) -> CleanupBacklog | None: ...
+    def backlog(self) -> CleanupBacklog | None: ...
+
+    def publish(self, backlog: CleanupBacklog | None = None) -> None: ...
 
 
 class ApplicationHeartbeat:
@@ -51,15 +54,16 @@ class ApplicationHeartbeat:
             except (StewardError, OSError) as exc:
                 log.warning("spark-steward heartbeat for %s failed (will retry): %s",
                             self.record.app_id if self.record else "?", exc)
+            if self.report is not None:
+                self.report.publish(self.record.cleanup if self.record else None)
 
-    def _with_backlog(self, record: ApplicationRecord, *, publish: bool = True
-                      ) -> ApplicationRecord:
+    def _with_backlog(self, record: ApplicationRecord) -> ApplicationRecord:
         if self.report is None:
             return record
         try:
-            return replace(record, cleanup=self.report(publish=publish))
-        except Exception:  # the report only informs: the heartbeat must go on
-            log.exception("spark-steward could not report %s's metrics and cleanup",
+            return replace(record, cleanup=self.report.backlog())
+        except Exception:  # the backlog only informs: the heartbeat must go on
+            log.exception("spark-steward could not collect %s's cleanup backlog",
                           record.app_id)
             return record
 
@@ -70,4 +74,4 @@ class ApplicationHeartbeat:
         if self._thread is not None:
             self._thread.join(10)
         if self.record is not None:
-            self.record = self.registry.finish(self._with_backlog(self.record, publish=False))
+            self.record = self.registry.finish(self._with_backlog(self.record))

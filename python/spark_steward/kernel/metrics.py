@@ -98,8 +98,8 @@ def encode(values: Mapping[str, int]) -> str:
 
 
 class RuntimeReport:
-    """The heartbeat's report for one runtime: publishes the metrics, returns the backlog the
-    application record carries."""
+    """The heartbeat's report for one runtime: the backlog the application record carries,
+    and the metrics it publishes."""
 
     def __init__(self, sc: "SparkContext", services: Sequence[Reporting],
                  events_dropped: Callable[[], int]) -> None:
@@ -112,11 +112,9 @@ class RuntimeReport:
         #: to report (the heartbeat beats on while Spark stops).
         self._taken_once = False
 
-    def __call__(self, *, publish: bool = True) -> CleanupBacklog:
-        backlog = backlog_of(self.services)
-        if publish:
-            self.publish(backlog)
-        return backlog
+    def backlog(self) -> CleanupBacklog:
+        """Every capability's outstanding cleanup, added up."""
+        return backlog_of(self.services)
 
     def publish(self, backlog: CleanupBacklog | None = None) -> None:
         """Pushes the current snapshot to Spark's metrics system; never raises."""
