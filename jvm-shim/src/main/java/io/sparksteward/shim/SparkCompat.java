@@ -53,11 +53,13 @@ import scala.Option;
  * {@code sessionState}, {@code experimental} and {@code queryExecution} they use), build and read
  * Scala collections through {@link #seq} and {@link #list} (whose Scala members have the same
  * descriptors under both Scala versions), and call here for the rest. Members are looked up once,
- * by name and parameter count; one a line lacks fails its feature with an
- * UnsupportedOperationException naming the feature and the Spark version.
+ * by name and parameter count (unique on every line; jvm-shim/check_lines.py checks they are
+ * found); one a line lacks fails its feature with an UnsupportedOperationException naming the
+ * feature and the Spark version.
  *
- * <p>The shim is compiled for Java 8 (Spark 3.5 runs on Java 8, 11 and 17), so the one newer JDK
- * class it wants, {@code java.util.zip.CRC32C} (Java 9), is reached through {@link #crc32c}.
+ * <p>The shim is compiled for Java 8 (Spark 3.5 runs on Java 8, 11 and 17), so the newer JDK
+ * class it wants, {@code java.util.zip.CRC32C} (Java 9), is reached through {@link #crc32c}, and
+ * the process uid, outside the API javac offers for Java 8, through {@link #processUid}.
  */
 final class SparkCompat {
   private static final String SQL = "org.apache.spark.sql.";
