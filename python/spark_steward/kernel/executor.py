@@ -51,6 +51,9 @@ class ExecutorContext:
     #: ``module:function`` names each process calls once before its first task (the
     #: capabilities' executor setup, see ``RuntimeService.executor_setup``).
     setup: tuple[str, ...] = ()
+    #: The log4j level of the driver's ``spark_steward`` logger: Python workers log to their
+    #: stderr at it (see :mod:`spark_steward.kernel.logs`).
+    log_level: str = ""
 
 
 TaskHook = Callable[["TaskScope"], None]
@@ -75,6 +78,9 @@ class ExecutorRuntime:
         self.context = context
         self.pid = os.getpid()
         self.created_at = time.time()
+        from spark_steward.kernel.logs import log_to_stderr_in_worker
+
+        log_to_stderr_in_worker(context.log_level)
         # Checked once per process before anything goes there: refused (ConfigError, one line)
         # when another user planted it or can write to it, as on the driver.
         ensure_private_root(context.local_dir, key="spark.steward.local.dir")

@@ -29,6 +29,7 @@ from spark_steward.kernel.executor import ExecutorContext
 from spark_steward.kernel.executor_package import ExecutorPackageWatch
 from spark_steward.kernel.heartbeat import ApplicationHeartbeat
 from spark_steward.kernel.jvm import PLUGIN_CLASS, EventBridgeHandle, SparkJvm, forget_facade
+from spark_steward.kernel.logs import forward_to_log4j, forwarded_level, stop_forwarding
 from spark_steward.kernel.metrics import RuntimeReport
 from spark_steward.kernel.pump import EventPump
 from spark_steward.kernel.services import discover
@@ -192,6 +193,8 @@ class DriverRuntime:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        # First: what the capabilities log while starting goes where Spark's logs go.
+        forward_to_log4j(self.sc)
         self.heartbeat.start(self.app_id, self.app_name, spark_version=self.spark_version,
                              steward_version=self.steward_version)
         started: list[RuntimeService] = []
@@ -207,9 +210,10 @@ class DriverRuntime:
             for service in reversed(started):
                 self._stop_service(service)
             self._stop_heartbeat()
+            stop_forwarding()
             raise
         setup = tuple(name for service in self.services for name in service.executor_setup)
-        self.context = replace(self.context, setup=setup)
+        self.context = replace(self.context, setup=setup, log_level=forwarded_level())
         self.context_broadcast = self.sc.broadcast(self.context)
         self.pump.start()
         log.info("spark-steward %s attached to %s (storage %s)", self.steward_version,
@@ -236,6 +240,7 @@ class DriverRuntime:
         self._stop_heartbeat()
         forget_facade(self.app_id)
         log.info("spark-steward detached from %s (%s)", self.app_id, reason)
+        stop_forwarding()
 
     def _stop_heartbeat(self) -> None:
         try:
