@@ -48,6 +48,36 @@ def test_the_classes_are_this_pysparks_own() -> None:
     assert compat.rdd_class() is RDD
 
 
+class _DataFrame40:
+    """4.0's and 4.1's classic DataFrame: ``__new__`` takes (jdf, sql_ctx) and runs __init__."""
+
+    def __new__(cls, jdf: Any, sql_ctx: Any) -> Any:
+        self = object.__new__(cls)
+        self.__init__(jdf, sql_ctx)  # type: ignore[misc]
+        return self
+
+    def __init__(self, jdf: Any, sql_ctx: Any) -> None:
+        self._jdf, self.sparkSession = jdf, sql_ctx
+
+
+@pytest.mark.parametrize("parent", [None, _DataFrame40], ids=["installed", "4.0-style"])
+def test_a_dataframe_subclass_can_take_arguments_of_its_own(
+        monkeypatch: pytest.MonkeyPatch, parent: Any) -> None:
+    if parent is not None:
+        monkeypatch.setattr(compat, "classic_dataframe_class", lambda: parent)
+    base = compat.classic_dataframe_base.__wrapped__()
+
+    inits = []
+
+    class Table(base):  # type: ignore[misc, valid-type]
+        def __init__(self, jdf: Any, session: Any, service: str, record: str) -> None:
+            inits.append((jdf, session, service, record))
+
+    table = Table("jdf", "session", "service", "record")
+    assert inits == [("jdf", "session", "service", "record")], "__init__ ran once, with all"
+    assert isinstance(table, parent or compat.classic_dataframe_class()), type(table).__mro__
+
+
 def test_import_first_names_every_module_it_tried() -> None:
     with pytest.raises(ImportError, match="no_such_a.*no_such_b"):
         compat.import_first(("no_such_a", "no_such_b"))

@@ -9,6 +9,8 @@ a real spark-submit). What differs between them, for spark-steward:
 - Spark 4.0 made ``pyspark.sql.DataFrame`` an abstract parent of the classic (JVM-backed)
   ``pyspark.sql.classic.dataframe.DataFrame`` and Spark Connect's; on 3.5
   ``pyspark.sql.dataframe.DataFrame`` is the classic one itself.
+- 4.0's and 4.1's classic DataFrame has a ``__new__(cls, jdf, sql_ctx)`` that runs ``__init__``
+  itself, so a subclass cannot add constructor arguments (4.2 dropped that; 3.5 never had it).
 - 3.5's ``pyspark.sql.udf`` binds ``_prepare_for_python_RDD`` by name when it is imported
   (``from pyspark.rdd import ...``), so the function every UDF command is pickled through has a
   second home there; 4.x imports it from ``pyspark.core.rdd`` at each call.
@@ -23,6 +25,7 @@ import them when called.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from types import ModuleType
@@ -63,6 +66,19 @@ def classic_dataframe_class() -> Any:
     """The DataFrame class backed by a JVM Dataset (``pyspark.sql.classic.dataframe.DataFrame``
     on 4.x, ``pyspark.sql.dataframe.DataFrame`` on 3.5)."""
     return import_first(DATAFRAME_MODULES).DataFrame
+
+
+@functools.cache
+def classic_dataframe_base() -> Any:
+    """The classic DataFrame as a base for a subclass with constructor arguments of its own
+    (``CachedTable``): built as any class is, also on 4.0 and 4.1."""
+    parent = classic_dataframe_class()
+
+    class ClassicDataFrame(parent):  # type: ignore[misc, valid-type]
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            return object.__new__(cls)
+
+    return ClassicDataFrame
 
 
 def rdd_class() -> Any:

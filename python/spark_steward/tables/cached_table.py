@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_steward.errors import CacheError
 from spark_steward.kernel import jvm
-from spark_steward.kernel.compat import classic_dataframe_class
+from spark_steward.kernel.compat import classic_dataframe_base
 from spark_steward.kernel.runtime import current_runtime, runtime_for
 from spark_steward.tables.service import TableService
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 #: pyspark's classic DataFrame class of this Spark line (see spark_steward.kernel.compat).
-DataFrame: Any = classic_dataframe_class()
+DataFrame: Any = classic_dataframe_base()
 
 
 class CachedTable(DataFrame):
