@@ -124,11 +124,11 @@ def spark_submit_path() -> str:
 
 
 def run_spark_submit(script: Path, flags: list[str], *args: str, timeout: float = 240,
-                     env: dict[str, str] | None = None, prefix: list[str] | tuple[str, ...] = ()
-                     ) -> subprocess.CompletedProcess[str]:
+                     env: dict[str, str] | None = None, prefix: list[str] | tuple[str, ...] = (),
+                     spark_submit: str | None = None) -> subprocess.CompletedProcess[str]:
     """spark-submit of ``script`` on local-cluster; ``prefix`` runs it under a wrapper command
-    (``unshare ...``, say)."""
-    cmd = [*prefix, spark_submit_path(), "--master", "local-cluster[2,1,1024]",
+    (``unshare ...``, say); ``spark_submit`` is another Spark's (tests/compat)."""
+    cmd = [*prefix, spark_submit or spark_submit_path(), "--master", "local-cluster[2,1,1024]",
            "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
            "--conf", "spark.executor.cores=1", *flags, str(script), *args]
     full_env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)

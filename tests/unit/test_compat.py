@@ -126,5 +126,5 @@ def test_older_spark_runs_without_spark_steward_after_one_warning(
 def test_an_explicit_attach_to_older_spark_raises_the_same_line() -> None:
     import spark_steward
 
-    with pytest.raises(SetupError, match=r"supports Spark 3\.5, 4\.0–4\.3; this is Spark 3\.3\.2"):
+    with pytest.raises(SetupError, match=r"supports Spark 3\.5, 4\.0–4\.3; this is Spark 3\.3"):
         spark_steward.attach(_session_of("3.3.2"))
