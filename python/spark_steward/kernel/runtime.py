@@ -344,6 +344,9 @@ def attach(spark: Any = None, *, explicit: bool = True) -> DriverRuntime | None:
             if _current.sc is sc:
                 return _current
             _current.stop("a new SparkContext replaced it")
+        # Before the runtime is built: what its construction logs (a plugin missing, a storage
+        # failing the attach) goes where Spark's logs go too.
+        forward_to_log4j(sc)
         runtime = DriverRuntime(sc, explicit=explicit)
         runtime.start()
         _current, _unavailable = runtime, None
