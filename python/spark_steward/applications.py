@@ -56,37 +56,64 @@ class GivenUp:
     error: str
 
 
+#: Given-up deletions a record lists (the rest are counted): the record is rewritten every
+#: heartbeat, so an application that gives up on thousands of paths must not make it grow.
+GIVEN_UP_KEPT = 100
+#: Characters of a given-up deletion's last error a record keeps.
+ERROR_CHARS_KEPT = 500
+
+
 @dataclass(frozen=True)
 class CleanupBacklog:
     """An application's outstanding cleanup, as its record carries it (refreshed every
     heartbeat, final at a clean stop) for ``spark-steward status``: deletions waiting or being
     retried, when the oldest of them was asked for (wall clock; None when unknown or none),
-    failed attempts retried so far, and what was given up."""
+    failed attempts retried so far, and what was given up (``given_up_total`` in all, of which
+    :meth:`bounded` keeps the first :data:`GIVEN_UP_KEPT` in ``given_up``)."""
 
     pending: int = 0
     oldest_pending_at: float | None = None
     retries: int = 0
     given_up: tuple[GivenUp, ...] = ()
+    given_up_total: int = 0
+
+    @property
+    def given_up_count(self) -> int:
+        return max(self.given_up_total, len(self.given_up))
 
     def __add__(self, other: "CleanupBacklog") -> "CleanupBacklog":
         oldest = [t for t in (self.oldest_pending_at, other.oldest_pending_at) if t is not None]
         return CleanupBacklog(self.pending + other.pending, min(oldest, default=None),
-                              self.retries + other.retries, self.given_up + other.given_up)
+                              self.retries + other.retries, self.given_up + other.given_up,
+                              self.given_up_count + other.given_up_count)
+
+    def bounded(self) -> "CleanupBacklog":
+        """This backlog as a record keeps it: the first given-up deletions with their errors
+        cut short, and the count of all."""
+        kept = tuple(GivenUp(g.what[:ERROR_CHARS_KEPT], g.error[:ERROR_CHARS_KEPT])
+                     for g in self.given_up[:GIVEN_UP_KEPT])
+        return replace(self, given_up=kept, given_up_total=self.given_up_count)
 
     @classmethod
     def from_json(cls, body: object) -> "CleanupBacklog | None":
-        """The backlog a record carries; None for anything else (the field only informs, so
-        a record is never refused for it)."""
+        """The backlog a record carries, bounded; None for anything else (the field only
+        informs, so a record is never refused for it)."""
         if not isinstance(body, dict):
             return None
         try:
+            listed = body.get("given_up", [])
+            if not isinstance(listed, list):
+                return None
             given_up = tuple(GivenUp(str(g["what"]), str(g["error"]))
-                             for g in body.get("given_up", ()))
+                             for g in listed[:GIVEN_UP_KEPT])
             oldest = body.get("oldest_pending_at")
-            return cls(int(body.get("pending", 0)),
-                       None if oldest is None else float(oldest),
-                       int(body.get("retries", 0)), given_up)
-        except (TypeError, ValueError, KeyError):
+            numbers = [int(body.get(k, 0)) for k in ("pending", "retries", "given_up_total")]
+            if min(numbers) < 0:
+                return None
+            pending, retries, total = numbers
+            return cls(pending, None if oldest is None else float(oldest), retries, given_up,
+                       max(total, len(listed))).bounded()
+        except (TypeError, ValueError, KeyError, OverflowError):
             return None
 
 

@@ -128,15 +128,21 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _cleanup_lines(backlog: dict[str, Any] | None, now: float) -> list[str]:
     """What cleanup an application still owed at its last heartbeat (or its stop)."""
-    if not backlog or not (backlog["pending"] or backlog["retries"] or backlog["given_up"]):
+    if not backlog:
+        return []
+    given_up = max(backlog.get("given_up_total", 0), len(backlog["given_up"]))
+    if not (backlog["pending"] or backlog["retries"] or given_up):
         return []
     oldest = backlog["oldest_pending_at"]
     pending = _plural(backlog["pending"], "deletion") + " pending" + (
         f" (oldest asked {_ago(now - oldest)})" if backlog["pending"] and oldest else "")
     retries = backlog["retries"]
     lines = [f"cleanup: {pending}, {retries} {'retry' if retries == 1 else 'retries'}, "
-             f"{len(backlog['given_up'])} given up"]
+             f"{given_up} given up"]
     lines += [f"  given up: {g['what']}: {g['error']}" for g in backlog["given_up"]]
+    if given_up > len(backlog["given_up"]):
+        lines.append(f"  ... and {given_up - len(backlog['given_up'])} more given up "
+                     "(the record lists the first ones)")
     return lines
 
 

@@ -54,6 +54,7 @@ def test_status_json_carries_the_backlog(capsys: pytest.CaptureFixture[str],
     assert busy["oldest_pending_at"] == pytest.approx(time.time() - 540, abs=60)
     assert busy["given_up"] == [{"what": "checkpoint pagerank/3", "error": ERROR},
                                 {"what": "tables/abc", "error": "OSError: busy"}]
+    assert busy["given_up_total"] == 2
     assert apps["app-clean"]["cleanup"] == {"pending": 0, "oldest_pending_at": None,
-                                            "retries": 0, "given_up": []}
+                                            "retries": 0, "given_up": [], "given_up_total": 0}
     assert apps["app-old"]["cleanup"] is None

@@ -86,7 +86,7 @@ def snapshot(services: Iterable[Reporting], backlog: CleanupBacklog,
                 log.debug("spark-steward capability %s reports %s, which is not a documented "
                           "metric; ignored", service.name, name)
     values["cleanup.pending"] = backlog.pending
-    values["cleanup.given_up"] = len(backlog.given_up)
+    values["cleanup.given_up"] = backlog.given_up_count
     values["cleanup.retries"] = backlog.retries
     values["events.dropped"] = events_dropped
     return dict(values)
