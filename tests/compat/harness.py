@@ -26,7 +26,7 @@ import pyspark
 
 from spark_steward.kernel.jvm import PLUGIN_CLASS
 from spark_steward.kernel.shim import jar_path
-from tests.compat.lines import LINES
+from tests.compat.lines import LINES, OLDER
 from tests.conftest import _remove_new_executor_dirs
 from tests.spark.conftest import run_spark_submit, steward_conf
 
@@ -36,7 +36,6 @@ MARKER = ".spark-steward-complete"
 SMALL_JOBS = ("spark.sql.shuffle.partitions=4", "spark.default.parallelism=4")
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE_JOB = Path(__file__).with_name("smoke_job.py")
 
 
 def cache_dir() -> Path:
@@ -81,7 +80,7 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 def install(line: str, cache: Path | None = None) -> PySparkLine:
     """The pyspark release of ``line``, installed into the cache unless it is there complete."""
-    version = LINES[line]
+    version = {**LINES, **OLDER}[line]
     if pyspark.__version__ == version:
         return PySparkLine(line, version, Path(pyspark.__file__).parent.parent, installed=True)
     cache = cache or cache_dir()
@@ -105,18 +104,18 @@ def install(line: str, cache: Path | None = None) -> PySparkLine:
         return found
 
 
-def submit(spark_line: PySparkLine, out: Path, work: Path, storage: Path,
+def submit(spark_line: PySparkLine, storage: Path, script: Path, *args: str,
            timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The smoke job through the line's spark-submit on local-cluster[2,1,1024], with the flags
-    of ``spark-steward conf`` plus the plugin and the shim jar. Executor dirs it left in the
+    """``script`` through the line's spark-submit on local-cluster[2,1,1024], with the flags of
+    ``spark-steward conf`` plus the plugin and the shim jar. Executor dirs it left in the
     line's Spark home are removed afterwards."""
     work_dir = spark_line.home / "work"
     before = frozenset(os.listdir(work_dir)) if work_dir.is_dir() else frozenset()
     flags = steward_conf(storage, f"spark.plugins={PLUGIN_CLASS}", f"spark.jars={jar_path()}",
                          *SMALL_JOBS)
     try:
-        return run_spark_submit(SMOKE_JOB, flags, str(out), str(work), timeout=timeout,
-                                env=spark_line.env(), spark_submit=str(spark_line.spark_submit))
+        return run_spark_submit(script, flags, *args, timeout=timeout, env=spark_line.env(),
+                                spark_submit=str(spark_line.spark_submit))
     finally:
         _remove_new_executor_dirs(str(work_dir), before)
 

@@ -4,7 +4,8 @@ and each test checks one capability in its report.
 
 Plain ``pytest`` runs the 3.5 line; ``SPARK_STEWARD_COMPAT_LINES=3.5,4.0,4.1,4.2`` (or
 ``python -m tests.compat.run --lines 3.5,4.0``) picks others. A line's pyspark is installed once
-per machine outside the checkout (tests/compat/harness.py).
+per machine outside the checkout (tests/compat/harness.py). An older line (``--lines 3.4``) runs
+a plain job instead: one warning, no attach, the job's own results.
 """
 
 from __future__ import annotations
@@ -17,11 +18,17 @@ from typing import Any
 import pytest
 
 from tests.compat.harness import PySparkLine, install, status, submit
-from tests.compat.lines import requested_lines
+from tests.compat.lines import LINES, OLDER, requested_lines
+from tests.spark.conftest import SCRIPTS
 
 pytestmark = pytest.mark.spark
 
 ROWS = 1200  # the smoke job's cached table: rows through its counting UDF per computation
+SMOKE_JOB = Path(__file__).with_name("smoke_job.py")
+SUPPORTED = [line for line in requested_lines() if line in LINES]
+OLDER_ASKED = [line for line in requested_lines() if line in OLDER] or [
+    pytest.param(None, marks=pytest.mark.skip(reason="no older line asked for "
+                                                     "(python -m tests.compat.run --lines 3.4)"))]
 
 
 @dataclass(frozen=True)
@@ -38,13 +45,13 @@ class SmokeRun:
         return found  # type: ignore[no-any-return]
 
 
-@pytest.fixture(scope="module", params=requested_lines())
+@pytest.fixture(scope="module", params=SUPPORTED)
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     line = install(request.param)
     root = tmp_path_factory.mktemp(f"compat-{line.version}")
     work, storage, out = root / "work", root / "storage", root / "report.json"
     work.mkdir()
-    done = submit(line, out, work, storage)
+    done = submit(line, storage, SMOKE_JOB, str(out), str(work))
     assert done.returncode == 0 and out.is_file(), \
         f"spark-submit on pyspark {line.version} exited {done.returncode}:\n" \
         f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
@@ -109,3 +116,21 @@ def test_the_local_folder_is_removed_at_app_end(run: SmokeRun) -> None:
     assert run.report["local_folder_before_stop"] is True
     assert run.report["local_folder_after_stop"] is False
     assert not Path(run.report["local_folder"]).exists()
+
+
+# -- an older line ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("older", OLDER_ASKED)
+def test_an_older_spark_runs_as_plain_spark_after_one_warning(
+        older: str, tmp_path: Path) -> None:
+    line = install(older)
+    storage, out = tmp_path / "storage", tmp_path / "out.json"
+    done = submit(line, storage, SCRIPTS / "plain_job.py", str(out))
+    assert done.returncode == 0, done.stderr[-6000:]
+    job = json.loads(out.read_text())
+    assert job["total"] == sum(x * x for x in range(100)) and job["udf"] == list(range(1, 11))
+    # spark-submit hands the driver's Python stderr on through its own stdout.
+    output = done.stdout + done.stderr
+    warning = f"spark-steward supports Spark 3.5, 4.0–4.3; this is Spark {line.version}"
+    assert output.count(warning) == 1 and "Traceback" not in output, output[-6000:]
+    assert not (storage / "applications").exists(), "nothing attached: no application record"
