@@ -61,7 +61,8 @@ class ApplicationHeartbeat:
         if self.report is None:
             return record
         try:
-            return replace(record, cleanup=self.report.backlog().bounded())
+            backlog = self.report.backlog()
+            return replace(record, cleanup=None if backlog is None else backlog.bounded())
         except Exception:  # the backlog only informs: the heartbeat must go on
             log.exception("spark-steward could not collect %s's cleanup backlog",
                           record.app_id)
