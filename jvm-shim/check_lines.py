@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib.util
 import os
 import re
 import struct
@@ -38,15 +37,6 @@ SHIPPED = ROOT / "python" / "spark_steward" / "jars" / "spark-steward-shim.jar"
 OWN_PACKAGE = "io/sparksteward/"
 JDK_PREFIXES = ("java/", "javax/", "jdk/", "sun/", "com/sun/")  # javac --release checks these
 ACC_STATIC, ACC_ABSTRACT, ACC_INTERFACE = 0x0008, 0x0400, 0x0200
-
-
-def _shim_build():  # type: ignore[no-untyped-def]
-    path = ROOT / "python" / "spark_steward" / "kernel" / "shim_build.py"
-    spec = importlib.util.spec_from_file_location("_steward_shim_build", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class ClassInfo(NamedTuple):
@@ -300,6 +290,9 @@ def main(argv: list[str]) -> int:
                         help="the jar to link-check (default: the shipped one)")
     parser.add_argument("jars_dirs", type=Path, nargs="+", metavar="JARS_DIR")
     args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "build_backend"))
+    from steward_backend import _shim_build  # the build's own loader of shim_build.py
+
     shim_build = _shim_build()
     failed = False
     for jars_dir in args.jars_dirs:
