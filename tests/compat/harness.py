@@ -24,8 +24,6 @@ from typing import Any, Iterator
 
 import pyspark
 
-from spark_steward.kernel.jvm import PLUGIN_CLASS
-from spark_steward.kernel.shim import jar_path
 from tests.compat.lines import LINES, OLDER
 from tests.conftest import _remove_new_executor_dirs
 from tests.spark.conftest import run_spark_submit, steward_conf
@@ -107,12 +105,12 @@ def install(line: str, cache: Path | None = None) -> PySparkLine:
 def submit(spark_line: PySparkLine, storage: Path, script: Path, *args: str,
            timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """``script`` through the line's spark-submit on local-cluster[2,1,1024], with the flags of
-    ``spark-steward conf`` plus the plugin and the shim jar. Executor dirs it left in the
-    line's Spark home are removed afterwards."""
+    ``spark-steward conf``, as a user passes them (the driver adds the plugin and the shim jar
+    itself, so the tier checks that on each line too). Executor dirs it left in the line's
+    Spark home are removed afterwards."""
     work_dir = spark_line.home / "work"
     before = frozenset(os.listdir(work_dir)) if work_dir.is_dir() else frozenset()
-    flags = steward_conf(storage, f"spark.plugins={PLUGIN_CLASS}", f"spark.jars={jar_path()}",
-                         *SMALL_JOBS)
+    flags = steward_conf(storage, *SMALL_JOBS)
     try:
         return run_spark_submit(script, flags, *args, timeout=timeout, env=spark_line.env(),
                                 spark_submit=str(spark_line.spark_submit))
