@@ -1,7 +1,7 @@
 """The compatibility tier on chosen pyspark lines (plain ``pytest`` runs the default line only).
 
     python -m tests.compat.run --lines 3.5,4.0,4.1,4.2 [pytest options]
-    python -m tests.compat.run --lines 3.4          # an older Spark runs as plain Spark
+    python -m tests.compat.run --lines 3.4          # only the older Spark (plain pytest runs it too)
 
 Each line's pyspark is installed once per machine (tests/compat/harness.py); the same as
 ``SPARK_STEWARD_COMPAT_LINES=3.5,4.0 python -m pytest tests/compat``.

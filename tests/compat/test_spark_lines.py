@@ -2,10 +2,10 @@
 (local-cluster[2,1,1024], the flags of ``spark-steward conf``) runs tests/compat/smoke_job.py,
 and each test checks one capability in its report.
 
-Plain ``pytest`` runs the 3.5 line; ``SPARK_STEWARD_COMPAT_LINES=3.5,4.0,4.1,4.2`` (or
-``python -m tests.compat.run --lines 3.5,4.0``) picks others. A line's pyspark is installed once
-per machine outside the checkout (tests/compat/harness.py). An older line (``--lines 3.4``) runs
-a plain job instead: one warning, no attach, the job's own results.
+Plain ``pytest`` runs the 3.5 line and the older 3.4; ``SPARK_STEWARD_COMPAT_LINES=3.5,4.0,4.1,4.2``
+(or ``python -m tests.compat.run --lines 3.5,4.0``) picks others. A line's pyspark is installed
+once per machine outside the checkout (tests/compat/harness.py). An older line (3.4) runs a
+plain job instead: one warning, no attach, the job's own results.
 """
 
 from __future__ import annotations
