@@ -1,4 +1,4 @@
-"""The compatibility tier on chosen pyspark lines (plain ``pytest`` runs the default lines, 3.5 and 3.4).
+"""The compatibility tier on chosen pyspark lines (plain ``pytest`` runs 3.5 and 3.4).
 
     python -m tests.compat.run --lines 3.5,4.0,4.1,4.2 [pytest options]
     python -m tests.compat.run --lines 3.4          # only the older Spark (plain pytest runs it too)
