@@ -130,7 +130,7 @@ def _cleanup_lines(backlog: dict[str, Any] | None, now: float) -> list[str]:
     """What cleanup an application still owed at its last heartbeat (or its stop)."""
     if not backlog:
         return []
-    given_up = max(backlog.get("given_up_total", 0), len(backlog["given_up"]))
+    given_up = backlog["given_up_total"]  # records are read bounded: it counts the listed too
     if not (backlog["pending"] or backlog["retries"] or given_up):
         return []
     oldest = backlog["oldest_pending_at"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import _free_port
 from tests.spark.conftest import SCRIPTS, run_spark_submit
 
 pytestmark = pytest.mark.spark
@@ -24,15 +24,10 @@ JOB = SCRIPTS / "degraded_job.py"
 WARNING = "spark-steward is off for this application"
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def s3_nobody_serves(tmp_path: Path) -> list[str]:
     return ["spark.steward.storage.dir=s3://steward-bucket/app",
-            f"spark.steward.storage.option.endpoint_url=http://127.0.0.1:{closed_port()}",
+            # A port just freed: nobody listens there.
+            f"spark.steward.storage.option.endpoint_url=http://127.0.0.1:{_free_port()}",
             "spark.steward.storage.option.key=k", "spark.steward.storage.option.secret=s"]
 
 

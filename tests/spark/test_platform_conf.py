@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from spark_steward.kernel import shim_build
-from tests.spark.conftest import SCRIPTS, run_spark_submit
+from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
 
 pytestmark = pytest.mark.spark
 
@@ -34,13 +34,9 @@ def platform_jar(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return shim_build.compile_shim(PLATFORM_SRC, tmp_path_factory.mktemp("platform") / "p.jar")
 
 
-def steward_flags(tmp_path: Path, *extra: str) -> list[str]:
-    """What `spark-steward conf` prints, as a user pastes it, plus ``extra`` flags."""
-    out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "conf", "--storage",
-                          (tmp_path / "storage").as_uri(), "--local-dir",
-                          str(tmp_path / "local")],
-                         check=True, capture_output=True, text=True).stdout.split()
-    return out + list(extra)
+def steward_flags(tmp_path: Path) -> list[str]:
+    """What `spark-steward conf` prints, as a user pastes it, with this test's local dir."""
+    return steward_conf(tmp_path / "storage", f"spark.steward.local.dir={tmp_path / 'local'}")
 
 
 def properties(path: Path, pairs: dict[str, str]) -> Path:

@@ -193,8 +193,8 @@ class DriverRuntime:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        # First: what the capabilities log while starting goes where Spark's logs go.
-        forward_to_log4j(self.sc)
+        # attach() has sent the spark_steward logs to log4j already, before the runtime was
+        # built: what the capabilities log while starting goes where Spark's logs go.
         self.heartbeat.start(self.app_id, self.app_name, spark_version=self.spark_version,
                              steward_version=self.steward_version)
         started: list[RuntimeService] = []
