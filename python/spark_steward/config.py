@@ -266,6 +266,26 @@ BLOB_SAME_HOST_LINK = _key(
     "Executors on the driver's host hard-link the driver's verified copy into their cache "
     "instead of transferring it (then verify it like any other copy). `false` makes them use "
     "the HA store and the blob server as on any other host.")
+BLOB_PEER_ENABLED = _key(
+    "spark.steward.blob.peer.enabled", BOOL, "true",
+    "Executor hosts fetch blobs of at least `peer.min-bytes` in pieces from each other and from "
+    "the driver at once, each piece checked (crc32c) and the whole blob against its key; every "
+    "executor JVM serves the verified pieces its host holds. `false`: every host fetches the "
+    "whole blob from the HA store or the blob server.")
+BLOB_PEER_MIN_BYTES = _key(
+    "spark.steward.blob.peer.min-bytes", SIZE, "16m",
+    "Smallest blob fetched from peers; smaller ones come whole from one source.", minimum=0)
+BLOB_PEER_CONNECTIONS = _key(
+    "spark.steward.blob.peer.connections", INT, "4",
+    "Peers one host fetches pieces from at once (besides the driver).", minimum=1)
+BLOB_PEER_MAX_CONNECTIONS = _key(
+    "spark.steward.blob.peer.max-connections", INT, "16",
+    "Most authenticated connections each executor's peer server serves at once; more are "
+    "refused with a `busy` reply and fetch elsewhere.", minimum=1)
+BLOB_PEER_RATE = _key(
+    "spark.steward.blob.peer.rate", SIZE, "0",
+    "Upload cap of each executor's peer server in bytes per second (`0`: none), so serving "
+    "peers leaves room for the executor's shuffle traffic.", minimum=0)
 BLOB_TRANSPARENT = _key(
     "spark.steward.blob.transparent", BOOL, "true",
     "Routes `sc.addFile`, `sc.addArchive` and `SparkFiles.get` of sessions with spark-steward on "

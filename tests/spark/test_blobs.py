@@ -329,3 +329,32 @@ def test_get_outside_a_task_and_without_runtime_is_a_clear_error() -> None:
 
     with pytest.raises(StewardError, match="BlobRef"):
         spark_steward.blobs.get("not-a-ref")  # type: ignore[arg-type]
+
+
+def test_large_blobs_come_in_verified_pieces_through_peer_fetch(spark: Any, runtime: Any,
+                                                                blobs: Any) -> None:
+    """Above ``peer.min-bytes`` a host fills the blob piece by piece (blob/swarm.py): here from
+    the HA store as origin; both executors share the host's cache, so neither is the other's
+    peer (their JVMs' endpoints are the host's own)."""
+    data = os.urandom(20 << 20)
+    ref = spark_steward.blobs.put(data)
+    before = blobs.depot.transfers["peers"]
+    rows = spark.sparkContext.parallelize(range(4), 4).mapPartitions(_fetch_report(ref)).collect()
+    assert {(r[1], r[2]) for r in rows} == {(crc32c.crc32c(data), len(data))}
+    assert sum(r[3].get("peers", 0) for r in rows) == 1
+    assert blobs.depot.transfers["peers"] == before + 1
+    folder = _local_cache_file(runtime, ref).parent
+    assert not [p.name for p in folder.iterdir() if ".tmp-" in p.name]  # no have- or temp file
+    assert blobs.depot.peers.holders((ref.scope, ref.key)) or not list(
+        (Path(runtime.context.local_dir) / runtime.app_id / "peers").glob("*.json"))
+
+
+def test_peer_fetch_without_an_origin_falls_back_to_the_whole_blob(spark: Any, runtime: Any,
+                                                                   blobs: Any) -> None:
+    data = os.urandom(17 << 20)
+    ref = spark_steward.blobs.put(data)
+    _ha_file(runtime, ref).unlink()  # the origin of peer fetch here, and the first whole source
+    served = blobs.server.stats.blobs_served
+    rows = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_fetch_report(ref)).collect()
+    assert {(r[1], r[2]) for r in rows} == {(crc32c.crc32c(data), len(data))}
+    assert blobs.server.stats.blobs_served == served + 1

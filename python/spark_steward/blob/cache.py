@@ -63,6 +63,9 @@ class BlobSources:
     fetch_from_server: Callable[[BlobRef, BinaryIO], Received | None] | None = None
     """Streams the blob into the file and returns what it computed over the bytes."""
     attempts: int = 3
+    fill_from_peers: Callable[[BlobRef, Path], Received] | None = None
+    """Fills the temp file from other hosts and the origin at once (blob/swarm.py)."""
+    peer_min_bytes: int = 16 << 20
 
 
 class BlobCache:
@@ -88,7 +91,7 @@ class BlobCache:
 
     def fetched_from(self) -> str | None:
         """Where this thread's last :meth:`get` took the blob's bytes from (``linked``,
-        ``ha``, ``server``), None when it found a verified copy in the cache."""
+        ``peers``, ``ha``, ``server``), None when it found a verified copy in the cache."""
         return getattr(self._last, "source", None)
 
     def entry(self, scope: str, key: BlobKey) -> str:
@@ -132,7 +135,7 @@ class BlobCache:
             try:
                 self._fetch(ref, lambda fill: self.work.install(
                     name, capability="blobs", scope=ref.scope, produce=fill,
-                    expected=(ref.crc32c, ref.size)))
+                    expected=(ref.crc32c, ref.size)), shared=True)
                 return None
             except LocalSpaceFull as full:
                 log.warning("streaming blob %s for task %d outside the cache: %s", ref.key,
@@ -161,7 +164,9 @@ class BlobCache:
         return path
 
     def _fetch(self, ref: BlobRef, install: Callable[[Callable[[Path], tuple[int, int] | None]],
-                                                     object]) -> None:
+                                                     object], *, shared: bool = False) -> None:
+        """Installs ``ref`` from the first source that delivers it. ``shared``: into the
+        cache, where this host's peer servers can serve it while it fills."""
         errors: list[str] = []
         src = self.sources
         if src.driver_store is not None:
@@ -176,6 +181,19 @@ class BlobCache:
                     raise
                 except (OSError, StewardError) as exc:
                     errors.append(f"driver copy {driver_copy}: {exc}")
+        peers = src.fill_from_peers
+        if shared and peers is not None and ref.size >= max(1, src.peer_min_bytes):
+            try:
+                install(_checked_against_key(ref, lambda tmp: peers(ref, tmp), "peers"))
+                self.stats["peers"] += 1
+                self._last.source = "peers"
+                return
+            except LocalSpaceFull:
+                raise
+            except (OSError, StewardError) as exc:
+                errors.append(f"peers: {exc}")
+                log.warning("fetching blob %s from peers failed, fetching it whole: %s", ref,
+                            exc)
         for name, source in (("ha", self._from_ha(ref)), ("server", self._from_server(ref))):
             if source is None:
                 continue

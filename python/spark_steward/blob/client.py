@@ -35,6 +35,7 @@ from typing import Any, BinaryIO, Iterator
 
 
 from spark_steward.blob.keys import BlobKey, validate_scope_id
+from spark_steward.blob.pieces import PieceRequest
 from spark_steward.blob.protocol import (PROTOCOL_VERSION, PeerClosed, auth_proof,
                                          encode_frame, exact_reader, read_frame)
 from spark_steward.blob.stores import Received
@@ -109,6 +110,42 @@ class BlobClient:
                                    f"bytes have crc32c {received.crc32c:08x}, the server "
                                    f"announced {expected:08x}")
         return received
+
+    def piece(self, request: PieceRequest, into: memoryview) -> int:
+        """Reads piece ``request`` into ``into``; returns its length. The length the server
+        announces must be the piece's own: anything else (a short or oversized piece) is
+        refused before a byte of it is read. Checking the bytes is the caller's."""
+        offset, length = request.span()
+        what = f"piece {request.index} of blob {request.key.short}"
+        with self._exchange(what) as sock:
+            self._send(sock, request.to_wire())
+            header = self._reply(sock, what)
+            self._in_step = False
+            if header.get("offset") != offset or header.get("length") != length \
+                    or length > len(into):
+                raise BlobProtocolError(f"{self.address} announced {what} at "
+                                        f"{header.get('offset')!r:.20}+"
+                                        f"{header.get('length')!r:.20}, expected "
+                                        f"{offset}+{length}")
+            got = 0
+            with _bulk_receive(sock, self._timeout) as flags:
+                while got < length:
+                    try:
+                        k = sock.recv_into(into[got:length], length - got, flags)
+                    except BlockingIOError:  # SO_RCVTIMEO expired
+                        raise TimeoutError(f"no data for {self._timeout}s") from None
+                    if not k:
+                        raise BlobProtocolError(f"truncated {what} from {self.address}: the "
+                                                f"connection closed after {got} of {length} "
+                                                "bytes")
+                    got += k
+            self._in_step = True
+        return length
+
+    def have(self, key: BlobKey, scope: str, size: int, piece_size: int) -> dict[str, Any]:
+        """A peer's progress on a blob: ``{"complete": True}`` or ``{"have": "0110..."}``."""
+        return self.call("have", key=key.digest, scope=validate_scope_id(scope), size=size,
+                         piece_size=piece_size)
 
     def call(self, op: str, **fields: Any) -> dict[str, Any]:
         """Sends op ``op`` with ``fields``; returns the server's reply (``ok`` is True)."""

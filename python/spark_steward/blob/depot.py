@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from spark_steward.blob.keys import APPLICATION_SCOPE, BlobKey, BlobKind, BlobRef, \
     validate_scope_id
+from spark_steward.blob.peering import PeerDirectory
 from spark_steward.blob.server import LocatedBlob
 from spark_steward.blob.stores import HaBlobStore, Identity, LocalBlobStore, file_identity
 from spark_steward.errors import BlobNotFound, BlobProtocolError, ChecksumMismatch, \
@@ -34,7 +35,7 @@ from spark_steward.lifecycle.staged_cleanup import StagedCleanup
 log = logging.getLogger(__name__)
 
 #: Where an executor's copy of a blob came from, as its use report names it.
-TRANSFER_SOURCES = ("ha", "linked", "server")
+TRANSFER_SOURCES = ("ha", "linked", "server", "peers")
 
 
 class BlobDepot:
@@ -60,6 +61,7 @@ class BlobDepot:
         #: their use reports say; and deletions that failed and wait for the next period.
         self.transfers: Counter[str] = Counter()
         self.retries = 0
+        self.peers = PeerDirectory()
         self._lock = threading.RLock()
         self._deleted = threading.Condition(self._lock)  # a scope's deletion finished
 
@@ -227,6 +229,16 @@ class BlobDepot:
                 if body.get("via") in TRANSFER_SOURCES:
                     self.transfers[body["via"]] += 1
             return {"bound": bound}
+        if op == "swarm":
+            # Peer fetch (blob/swarm.py): the plan, and other hosts that hold or fill it.
+            ref = self.ref(validate_scope_id(body.get("scope")), BlobKey.parse(body.get("key")))
+            if ref.size == 0:
+                raise BlobProtocolError(f"blob {ref} is empty: nothing to fetch in pieces")
+            entry = (ref.scope, ref.key)
+            plan = self.peers.plan(entry, ref.size, lambda: self.locate(ref.key, ref.scope).file)
+            return {"plan": plan.to_wire(),
+                    "peers": self.peers.join(entry, body.get("serve"), body.get("drop"),
+                                             body.get("want", 8))}
         if op == "resolve":
             name = body.get("name")
             if not isinstance(name, str) or not name or len(name) > 1024:
@@ -399,6 +411,7 @@ class BlobDepot:
                 self.ha.delete(scope, key)
 
     def _forget(self, known: tuple[str, BlobKey]) -> None:
+        self.peers.forget(*known)
         self._refs.pop(known, None)
         self._verified.pop(known, None)
         self._key_locks.pop(known, None)

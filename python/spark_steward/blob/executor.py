@@ -4,20 +4,30 @@ bind blobs to jobs and acknowledge transient payloads."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
+import uuid
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from spark_steward.blob import tls
 from spark_steward.blob.archives import unpack_once
 from spark_steward.blob.cache import BlobCache, BlobSources
 from spark_steward.blob.client import BlobClient
 from spark_steward.blob.keys import BlobKind, BlobRef
+from spark_steward.blob.pieces import (PiecePlan, PieceRequest, endpoint_of, parse_endpoint,
+                                       parse_have, split_endpoint)
+from spark_steward.blob.protocol import peer_secret
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, Received
+from spark_steward.blob.swarm import Swarm, fill_from_swarm
 from spark_steward.config import (BLOB_FETCH_ATTEMPTS, BLOB_HA, BLOB_NETWORK_TIMEOUT,
-                                  BLOB_RETENTION_INTERVAL, BLOB_SAME_HOST_LINK, STORAGE_DIR)
-from spark_steward.errors import BlobNotFound, StewardError
+                                  BLOB_PEER_CONNECTIONS, BLOB_PEER_ENABLED,
+                                  BLOB_PEER_MIN_BYTES, BLOB_RETENTION_INTERVAL,
+                                  BLOB_SAME_HOST_LINK, STORAGE_DIR)
+from spark_steward.private import make_dirs, open_new
+from spark_steward.errors import BlobNotFound, BlobProtocolError, StewardError
 from spark_steward.kernel.executor import ExecutorRuntime, executor_runtime
 
 log = logging.getLogger(__name__)
@@ -37,12 +47,19 @@ class ExecutorBlobs:
         ha = None
         if conf.is_set(STORAGE_DIR) and conf.get(BLOB_HA):
             ha = HaBlobStore(lambda: runtime.storage, context.app_id)
+        self._ha = ha
         driver_store = None
         if conf.get(BLOB_SAME_HOST_LINK):
             driver_store = LocalBlobStore(runtime.work_dir / "blobs")
+        # Peer fetch needs the driver (the plan and the holders) and plain TCP: the peer
+        # servers in the executor JVMs do not speak TLS, so encrypted transfers keep to one.
+        peers = (conf.get(BLOB_PEER_ENABLED) and context.server_port is not None
+                 and not context.server_cert)
         sources = BlobSources(driver_store=driver_store, ha=ha,
                               fetch_from_server=self._fetch_from_server if context.server_port
-                              else None, attempts=conf.get(BLOB_FETCH_ATTEMPTS))
+                              else None, attempts=conf.get(BLOB_FETCH_ATTEMPTS),
+                              fill_from_peers=self._fill_from_peers if peers else None,
+                              peer_min_bytes=conf.get(BLOB_PEER_MIN_BYTES))
         from spark_steward.local.executor import ExecutorWorkingDir
 
         work = runtime.component("working-dir", ExecutorWorkingDir).work
@@ -85,6 +102,77 @@ class ExecutorBlobs:
     def _fetch_from_server(self, ref: BlobRef, out: BinaryIO) -> Received:
         with self._client_lock:
             return self._connection().fetch(ref.key, ref.scope, out)
+
+    # -- peer fetch ---------------------------------------------------------------------------
+
+    def _fill_from_peers(self, ref: BlobRef, tmp: Path) -> Received:
+        """Fills ``tmp`` from other executor hosts and the origin at once (blob/swarm.py)."""
+        context, conf = self.runtime.context, self.runtime.conf
+        timeout = conf.get(BLOB_NETWORK_TIMEOUT)
+        own = self._own_endpoints()
+        want = 2 * conf.get(BLOB_PEER_CONNECTIONS)
+
+        def ask(drop: list[str]) -> dict[str, Any]:
+            with self._client_lock:
+                return self._connection().call("swarm", key=ref.key.digest, scope=ref.scope,
+                                               serve=own, drop=drop, want=want)
+
+        first = ask([])
+        plan = PiecePlan.from_wire(first.get("plan"), ref.size)
+        secret = self._peer_secret()
+        # The origin serves the pieces no peer has: the HA store when there is one (the
+        # driver's link stays free, as without peers), else the driver's blob server.
+        origin = (_ServerPieces(ref, plan, None, "the HA store", ha=self._ha)
+                  if self._ha is not None else
+                  _ServerPieces(ref, plan, BlobClient(context.driver_host,
+                                                      context.server_port or 0,
+                                                      context.auth_token, timeout=timeout),
+                                "the driver"))
+        swarm = Swarm(ref, plan, origin, lambda drop: _peer_list(ask(drop)),
+                      lambda peer: _ServerPieces(ref, plan, BlobClient(
+                          *split_endpoint(peer), secret, timeout=timeout), f"peer {peer}"),
+                      connections=conf.get(BLOB_PEER_CONNECTIONS),
+                      attempts=conf.get(BLOB_FETCH_ATTEMPTS), timeout=timeout,
+                      peers=_peer_list(first))
+        return fill_from_swarm(swarm, tmp)
+
+    def _peer_secret(self) -> str:
+        """The peer key, handed to this host's executor JVMs in ``peers/key`` (0600)."""
+        secret = peer_secret(self.runtime.context.auth_token)
+        folder = make_dirs(self.runtime.work_dir / "peers")
+        path = folder / "key"
+        try:
+            if path.read_text("ascii").strip() == secret:
+                return secret
+        except (OSError, UnicodeDecodeError):
+            pass
+        spool = folder / f".key.tmp-{uuid.uuid4().hex[:12]}"
+        try:
+            with open_new(spool) as f:
+                f.write(secret.encode("ascii") + b"\n")
+            os.replace(spool, path)
+        except BaseException:
+            spool.unlink(missing_ok=True)
+            raise
+        return secret
+
+    def _own_endpoints(self) -> list[str]:
+        """The peer servers of this host's executor JVMs, from their endpoint files."""
+        found = []
+        folder = self.runtime.work_dir / "peers"
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return []
+        for name in names:
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            try:
+                body = json.loads((folder / name).read_text("utf-8"))
+                found.append(endpoint_of(str(body["host"]), int(body["port"])))
+            except (OSError, ValueError, KeyError, TypeError, StewardError) as exc:
+                log.debug("peer endpoint file %s skipped: %s", folder / name, exc)
+        return found[:16]
 
     def _report(self, ref: BlobRef, stage: int, task: int, received: bool,
                 via: str | None = None) -> None:
@@ -142,6 +230,60 @@ class ExecutorBlobs:
     def unpacked(self, ref: BlobRef) -> Path:
         archive = self.get(ref)
         return unpack_once(archive, ref.name, self.unpack_root / ref.scope / ref.key.digest)
+
+
+class _ServerPieces:
+    """Pieces of one blob from a blob server, a peer's or the driver's (``client``), or
+    ranges of the HA copy (``ha``)."""
+
+    def __init__(self, ref: BlobRef, plan: PiecePlan, client: BlobClient | None, label: str,
+                 *, ha: HaBlobStore | None = None) -> None:
+        self.ref, self.plan, self.client, self.label, self.ha = ref, plan, client, label, ha
+        self._file: BinaryIO | None = None
+
+    def have(self) -> frozenset[int] | None:
+        if self.client is None:
+            return None
+        reply = self.client.have(self.ref.key, self.ref.scope, self.plan.size,
+                                 self.plan.piece_size)
+        if reply.get("complete") is True:
+            return None
+        have = parse_have(reply.get("have"), self.plan.count)
+        if have is None:
+            raise BlobProtocolError(f"{self.label} sent a malformed piece list for blob "
+                                    f"{self.ref}: {str(reply.get('have'))[:60]!r}")
+        return have
+
+    def read(self, index: int, into: memoryview) -> int:
+        request = PieceRequest(self.ref.key, self.ref.scope, self.plan.size,
+                               self.plan.piece_size, index)
+        if self.client is not None:
+            return self.client.piece(request, into)
+        assert self.ha is not None
+        if self._file is None:
+            self._file = self.ha.storage.open_read(self.ha.rel(self.ref.scope, self.ref.key))
+        offset, length = request.span()
+        self._file.seek(offset)
+        got = 0
+        while got < length:
+            n = self._file.readinto(into[got:length])  # type: ignore[attr-defined]
+            if not n:
+                break
+            got += n
+        return got
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self._file is not None:
+            self._file.close()
+
+
+def _peer_list(reply: dict[str, Any]) -> list[str]:
+    peers = reply.get("peers")
+    if not isinstance(peers, list):
+        raise BlobProtocolError(f"the driver's swarm reply lists no peers: {peers!r:.60}")
+    return [parse_endpoint(p) for p in peers]
 
 
 def executor_blobs() -> ExecutorBlobs:

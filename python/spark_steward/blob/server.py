@@ -31,6 +31,7 @@ from dataclasses import dataclass, fields
 from typing import Any, BinaryIO, Callable
 
 from spark_steward.blob.keys import BlobKey, validate_scope_id
+from spark_steward.blob.pieces import PieceRequest
 from spark_steward.blob.protocol import (PROTOCOL_VERSION, PeerClosed, encode_frame,
                                          exact_reader, new_nonce, proof_matches, read_frame)
 from spark_steward.errors import (BlobNotFound, BlobProtocolError, InvalidBlobKey,
@@ -103,9 +104,10 @@ class _Connection:
         self._deadline = time.monotonic() + (self.timeout if within is None else within)
         return read_frame(self._recv_exactly, max_bytes)
 
-    def send(self, reply: dict[str, Any], file: BinaryIO | None = None, count: int = 0) -> int:
-        """Sends ``reply``, then ``count`` bytes of ``file`` (zero copy); returns bytes of the
-        file sent, fewer when it is shorter than ``count``."""
+    def send(self, reply: dict[str, Any], file: BinaryIO | None = None, count: int = 0,
+             offset: int = 0) -> int:
+        """Sends ``reply``, then ``count`` bytes of ``file`` from ``offset`` (zero copy);
+        returns bytes of the file sent, fewer when it is shorter."""
         frame = encode_frame(reply)  # outside the try: an unencodable reply is a bug, not IO
         try:
             self.sock.settimeout(self.timeout)
@@ -113,8 +115,9 @@ class _Connection:
             if file is None or not count:
                 return 0
             if isinstance(self.sock, ssl.SSLSocket):
+                file.seek(offset)
                 return self._send_encrypted(file, count)
-            return self.sock.sendfile(file, 0, count)
+            return self.sock.sendfile(file, offset, count)
         except OSError as e:
             raise _ConnectionLost(str(e)) from e
 
@@ -489,10 +492,31 @@ class BlobServer:
             raise BlobProtocolError(f"request needs an 'op' string, got {op!r:.60}")
         if op == "get":
             return self._send_blob(conn, request)
+        if op == "piece":
+            return self._send_piece(conn, request)
         fields_ = self._on_message(op, request)
         if not isinstance(fields_, dict):
             raise TypeError(f"on_message({op!r}) returned {type(fields_).__name__}, not a dict")
         conn.send({**fields_, "ok": True})
+        return True
+
+    def _send_piece(self, conn: _Connection, request: dict[str, Any]) -> bool:
+        """One piece of a blob for peer fetch (:mod:`spark_steward.blob.pieces`): the header
+        names its offset and length, the fetcher checks it against the driver's piece plan."""
+        wanted = PieceRequest.parse(request)
+        blob = self._locate(wanted.key, wanted.scope)
+        with blob.file:
+            if blob.size != wanted.size:
+                raise BlobProtocolError(f"blob {wanted.key.short} has {blob.size} bytes, the "
+                                        f"request says {wanted.size}")
+            offset, length = wanted.span()
+            sent = conn.send({"ok": True, "offset": offset, "length": length}, blob.file,
+                             length, offset)
+        if sent < length:
+            log.warning("blob %s of scope %s ended before piece %d; closing the connection "
+                        "from %s", wanted.key, wanted.scope, wanted.index, conn.peer)
+            return False
+        self._count("bytes_served", sent)
         return True
 
     def _send_blob(self, conn: _Connection, request: dict[str, Any]) -> bool:

@@ -34,6 +34,7 @@ GAUGES = (
 #: Running totals since the application started (Dropwizard counters).
 COUNTERS = (
     "blobs.transfers.server", "blobs.transfers.ha", "blobs.transfers.linked",
+    "blobs.transfers.peers",
     "tables.hits", "tables.misses", "tables.fallbacks",
     "cleanup.retries", "events.dropped",
 )

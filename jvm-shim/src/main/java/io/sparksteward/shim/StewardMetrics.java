@@ -39,6 +39,7 @@ final class StewardMetrics {
   /** Running totals, reported as counters. */
   static final String[] COUNTERS = {
     "blobs.transfers.server", "blobs.transfers.ha", "blobs.transfers.linked",
+    "blobs.transfers.peers",
     "tables.hits", "tables.misses", "tables.fallbacks",
     "cleanup.retries", "events.dropped",
   };

@@ -1,0 +1,397 @@
+"""Peer fetch: one host fills a blob from other hosts of the application and from its origin
+(the driver's blob server, or the HA store) at once, piece by piece.
+
+Why: with every host fetching from the driver, N hosts cost N copies through the driver's one
+link. Here the origin serves pieces that no peer has yet, peers serve each other the pieces they
+verified, and a host serves pieces of a blob while it is still filling it (the have-file, see
+:mod:`spark_steward.blob.pieces`), so N hosts cost about one copy through any one link plus the
+depth of the pipeline.
+
+Trust: the piece plan comes from the driver over the authenticated connection; every piece,
+from any source, is checked against its crc32c before it is written, announced or served on; a
+peer that sends a wrong, short or oversized piece, or that fails mid-transfer, is dropped for this
+blob and its piece fetched elsewhere; the finished file is still checked against the blob's key
+(SHA-256) by the cache before it takes its name. The SHA-256 is computed here while pieces
+arrive, over the longest completed prefix, so the check costs no pass of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from spark_steward.blob.keys import BlobRef
+from spark_steward.blob.pieces import PiecePlan, have_header, have_name
+from spark_steward.blob.stores import Received, discard
+from spark_steward.checksum import crc32c_update
+from spark_steward.errors import StewardError
+from spark_steward.private import open_new
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two asks of the driver for the blob's other holders.
+REFRESH_SECONDS = 0.5
+#: Seconds a peer thread waits before asking a peer that had nothing new again.
+POLL_SECONDS = 0.05
+
+
+class PieceSource(Protocol):
+    """Where pieces come from: the origin (which has them all) or one peer."""
+
+    label: str
+
+    def have(self) -> frozenset[int] | None:
+        """The pieces this source holds now; None when it holds them all."""
+
+    def read(self, index: int, into: memoryview) -> int:
+        """Reads piece ``index`` into ``into``; returns its length. Raises on any failure."""
+
+    def close(self) -> None: ...
+
+
+#: Asks the driver for the blob's holders; takes the endpoints to report dropped.
+Directory = Callable[[list[str]], list[str]]
+
+
+@dataclass
+class SwarmStats:
+    """Where one fill took its pieces from, and what it refused."""
+
+    from_origin: int = 0
+    from_peers: int = 0
+    duplicates: int = 0
+    bad_pieces: int = 0
+    dropped: dict[str, str] = field(default_factory=dict)
+
+
+class SwarmFailed(StewardError):
+    """Neither the origin nor any peer could supply the remaining pieces."""
+
+
+class Swarm:
+    """One fill of one blob on this host. Call :meth:`fill` once."""
+
+    def __init__(self, ref: BlobRef, plan: PiecePlan, origin: PieceSource | None,
+                 directory: Directory, connect: Callable[[str], PieceSource], *,
+                 connections: int, attempts: int, timeout: float,
+                 peers: list[str] | None = None) -> None:
+        self.ref, self.plan = ref, plan
+        self.origin = origin
+        self.directory, self.connect = directory, connect
+        self.connections, self.attempts, self.timeout = connections, attempts, timeout
+        self.stats = SwarmStats()
+        self._cond = threading.Condition()
+        self._done = bytearray(plan.count)
+        self._left = plan.count
+        self._claimed: dict[int, int] = {}
+        self._known: dict[str, frozenset[int] | None] = {}
+        self._active: dict[str, threading.Thread] = {}
+        self._to_report: list[str] = []
+        self._candidates: list[str] = list(peers or [])
+        self._origin_failed: str | None = None if origin is not None else "no origin"
+        self._progress = time.monotonic()
+        self._stop = False
+        self._writers = 0
+        self._fd = -1
+        self._have_fd = -1
+        self._have_offset = 0
+
+    # -- the fill --------------------------------------------------------------------------
+
+    def fill(self, tmp: Path) -> Received:
+        """Writes the blob into ``tmp`` (created here), announcing verified pieces in the
+        have-file beside it; returns the crc32c, size and SHA-256 of the whole."""
+        have_path = tmp.parent / have_name(self.ref.key)
+        # Read back for the SHA-256, so read-write; created new, 0600, never through a link.
+        self._fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                           | os.O_CLOEXEC, 0o600)
+        with os.fdopen(self._fd, "r+b", buffering=0):
+            os.ftruncate(self._fd, self.plan.size)
+            try:
+                self._announce(tmp, have_path)
+                return self._run()
+            finally:
+                # Sources still reading finish on their own (daemon threads, bounded by the
+                # network timeout); none writes into either file once the fill is over.
+                with self._cond:
+                    self._stop = True
+                    self._cond.notify_all()
+                    while self._writers:
+                        self._cond.wait()
+                discard(have_path)
+                if self._have_fd >= 0:
+                    os.close(self._have_fd)
+
+    def _announce(self, tmp: Path, have_path: Path) -> None:
+        header = have_header(tmp.name, self.ref.key)
+        spool = have_path.with_name(f"{have_path.name}.{uuid.uuid4().hex[:12]}")
+        try:
+            with open_new(spool) as f:
+                f.write(header + b"0" * self.plan.count)
+            os.replace(spool, have_path)  # over what a killed fetcher left
+        except BaseException:
+            discard(spool)
+            raise
+        self._have_fd = os.open(have_path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self._have_offset = len(header)
+
+    def _run(self) -> Received:
+        sha, crc, hashed = hashlib.sha256(), 0, 0
+        if self.origin is not None:
+            self._start("origin", self._origin_loop)
+        next_refresh = 0.0
+        while True:
+            with self._cond:
+                ready = self._prefix_done(hashed)
+                if ready == hashed and self._left:
+                    self._cond.wait(0.05)
+                    ready = self._prefix_done(hashed)
+                failure = self._failure()
+            # The SHA-256 follows the completed prefix, read back from the page cache.
+            while hashed < ready:
+                offset, length = self.plan.span(hashed)
+                chunk = os.pread(self._fd, length, offset)
+                if len(chunk) != length:
+                    raise StewardError(f"temp file of blob {self.ref.key.short} is short at "
+                                       f"piece {hashed}")
+                sha.update(chunk)
+                crc = crc32c_update(chunk, crc)
+                hashed += 1
+            if hashed == self.plan.count:
+                self._report_dropped()
+                return Received(crc, self.plan.size, sha.hexdigest())
+            if failure is not None:
+                raise SwarmFailed(f"blob {self.ref} could not be fetched from peers: {failure}")
+            now = time.monotonic()
+            if now >= next_refresh:
+                next_refresh = now + REFRESH_SECONDS
+                self._refresh()
+
+    def _prefix_done(self, start: int) -> int:
+        end = start
+        while end < self.plan.count and self._done[end]:
+            end += 1
+        return end
+
+    def _failure(self) -> str | None:
+        if time.monotonic() - self._progress > self.timeout:
+            return f"no piece arrived for {self.timeout:g}s"
+        if self._origin_failed is not None and not self._active and not self._candidates:
+            dropped = "; ".join(f"{p}: {why}" for p, why in self.stats.dropped.items())
+            return (f"origin: {self._origin_failed}" + (f"; peers: {dropped}" if dropped else
+                                                         "; no peer holds it"))
+        return None
+
+    def _refresh(self) -> None:
+        with self._cond:
+            report, self._to_report = self._to_report, []
+        try:
+            peers = self.directory(report)
+        except (OSError, StewardError) as exc:
+            log.debug("asking the driver for holders of blob %s failed: %s", self.ref, exc)
+            with self._cond:
+                self._to_report.extend(report)
+            peers = []
+        with self._cond:
+            for peer in peers:
+                if peer not in self.stats.dropped and peer not in self._active \
+                        and peer not in self._candidates:
+                    self._candidates.append(peer)
+            random.shuffle(self._candidates)
+            while self._candidates and len(self._active) - ("origin" in self._active) \
+                    < self.connections:
+                peer = self._candidates.pop()
+                self._start(peer, functools.partial(self._peer_loop, peer))
+
+    def _report_dropped(self) -> None:
+        """Tells the driver which peers failed, so later fetchers are not sent to them."""
+        with self._cond:
+            report, self._to_report = self._to_report, []
+        if report:
+            try:
+                self.directory(report)
+            except (OSError, StewardError) as exc:
+                log.debug("reporting dropped peers of blob %s failed: %s", self.ref, exc)
+
+    def _start(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=self._guarded, args=(name, target), daemon=True,
+                                  name=f"spark-steward-swarm-{self.ref.key.short}-{name}")
+        self._active[name] = thread
+        thread.start()
+
+    def _guarded(self, name: str, target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException:  # a bug in a loop must not hang the fill
+            log.exception("peer fetch thread %s of blob %s failed", name, self.ref)
+            with self._cond:
+                if name == "origin":
+                    self._origin_failed = "internal error (see the log)"
+        finally:
+            with self._cond:
+                self._active.pop(name, None)
+                self._cond.notify_all()
+
+    # -- sources ---------------------------------------------------------------------------
+
+    def _origin_loop(self) -> None:
+        assert self.origin is not None
+        buffer = memoryview(bytearray(self.plan.piece_size))
+        failures = 0
+        try:
+            while True:
+                with self._cond:
+                    index = self._choose(None, origin=True)
+                    while index is None and not self._stop and self._left:
+                        self._cond.wait(POLL_SECONDS)
+                        index = self._choose(None, origin=True)
+                    if index is None:
+                        return
+                try:
+                    self._take(index, self.origin, buffer)
+                    failures = 0
+                    with self._cond:
+                        self.stats.from_origin += 1
+                except (OSError, StewardError) as exc:
+                    failures += 1
+                    log.warning("piece %d of blob %s from %s failed (%d of %d): %s", index,
+                                self.ref, self.origin.label, failures, self.attempts, exc)
+                    if failures >= self.attempts:
+                        with self._cond:
+                            self._origin_failed = f"{self.origin.label}: {exc}"
+                        return
+                    time.sleep(min(2.0, 0.1 * 2 ** failures))
+        finally:
+            self.origin.close()
+
+    def _peer_loop(self, peer: str) -> None:
+        buffer = memoryview(bytearray(self.plan.piece_size))
+        source: PieceSource | None = None
+        try:
+            source = self.connect(peer)
+            have = source.have()
+            while True:
+                with self._cond:
+                    self._known[peer] = have
+                    if self._stop or not self._left:
+                        return
+                    index = self._choose(have, origin=False)
+                if index is None:
+                    time.sleep(POLL_SECONDS)
+                    have = source.have()
+                    continue
+                self._take(index, source, buffer)
+                with self._cond:
+                    self.stats.from_peers += 1
+        except (OSError, StewardError) as exc:
+            self._drop(peer, str(exc))
+        finally:
+            if source is not None:
+                source.close()
+            with self._cond:
+                self._known.pop(peer, None)
+
+    def _choose(self, have: frozenset[int] | None, *, origin: bool) -> int | None:
+        """A missing piece for a source holding ``have`` (None: all), under the lock: an
+        unclaimed one, for the origin one no peer has if there is such, at random so hosts
+        take different pieces first; at the end a piece another source is still on."""
+        if self._stop or not self._left:
+            return None
+        missing = [i for i in (range(self.plan.count) if have is None else have)
+                   if not self._done[i]]
+        free = [i for i in missing if i not in self._claimed]
+        if origin and free:
+            held = set().union(*(h for h in self._known.values() if h is not None)) \
+                if self._known else set()
+            if any(h is None for h in self._known.values()):
+                held = set(range(self.plan.count))
+            rare = [i for i in free if i not in held]
+            free = rare or ([] if held and len(self._active) > 1 else free)
+            if not free:
+                return None  # the peers hold the rest: leave them to them
+        if not free:
+            endgame = [i for i in missing if self._claimed.get(i, 0) < 2]
+            if not endgame:
+                return None
+            free = endgame
+            self.stats.duplicates += 1
+        index = random.choice(free)
+        self._claimed[index] = self._claimed.get(index, 0) + 1
+        return index
+
+    def _take(self, index: int, source: PieceSource, buffer: memoryview) -> None:
+        """Reads, checks, writes and announces piece ``index``; a bad piece raises."""
+        offset, length = self.plan.span(index)
+        try:
+            n = source.read(index, buffer)
+            if n != length:
+                raise BadPiece(f"piece {index} has {n} bytes, expected {length}")
+            got = crc32c_update(buffer[:n], 0)
+            if got != self.plan.crcs[index]:
+                with self._cond:
+                    self.stats.bad_pieces += 1
+                raise BadPiece(f"piece {index} has crc32c {got:08x}, the plan says "
+                               f"{self.plan.crcs[index]:08x}")
+            with self._cond:
+                fresh = not self._done[index] and not self._stop
+                self._writers += fresh
+            if fresh:
+                try:
+                    written = 0
+                    while written < n:
+                        written += os.pwrite(self._fd, buffer[written:n], offset + written)
+                    os.pwrite(self._have_fd, b"1", self._have_offset + index)
+                finally:
+                    with self._cond:
+                        self._writers -= 1
+                        self._cond.notify_all()
+        finally:
+            with self._cond:
+                left = self._claimed.get(index, 0) - 1
+                if left > 0:
+                    self._claimed[index] = left
+                else:
+                    self._claimed.pop(index, None)
+        with self._cond:
+            if fresh and not self._done[index]:
+                self._done[index] = 1
+                self._left -= 1
+                self._progress = time.monotonic()
+            self._cond.notify_all()
+
+    def _drop(self, peer: str, why: str) -> None:
+        log.warning("peer %s dropped for blob %s: %s; its pieces come from elsewhere", peer,
+                    self.ref, why)
+        with self._cond:
+            self.stats.dropped[peer] = why
+            self._to_report.append(peer)
+
+
+class BadPiece(StewardError):
+    """A source sent a piece that is not the plan's."""
+
+
+def fill_from_swarm(swarm: Swarm, tmp: Path) -> Received:
+    """:meth:`Swarm.fill`, with the outcome logged once."""
+    start = time.monotonic()
+    received = swarm.fill(tmp)
+    stats = swarm.stats
+    log.info("blob %s: %d pieces from peers, %d from %s in %.2fs%s", swarm.ref,
+             stats.from_peers, stats.from_origin,
+             swarm.origin.label if swarm.origin is not None else "no origin",
+             time.monotonic() - start,
+             f" ({len(stats.dropped)} peers dropped)" if stats.dropped else "")
+    return received
+
+
+__all__ = ["BadPiece", "PieceSource", "Swarm", "SwarmFailed", "SwarmStats",
+           "fill_from_swarm"]
