@@ -56,6 +56,11 @@ final class AppEndDriver {
     return driver;
   }
 
+  /** The host-local working dir the executors are told to use (their plugin's extra conf). */
+  String localDir() {
+    return localDir;
+  }
+
   /** {@code DriverPlugin.receive}: hello and done are recorded, {@code ending?} answered. */
   Object receive(Object message) {
     String[] m = AppEndProtocol.parse(message);

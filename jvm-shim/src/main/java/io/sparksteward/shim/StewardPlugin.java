@@ -1,6 +1,7 @@
 package io.sparksteward.shim;
 
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.Map;
 
 import org.apache.spark.SparkContext;
@@ -8,16 +9,20 @@ import org.apache.spark.api.plugin.DriverPlugin;
 import org.apache.spark.api.plugin.ExecutorPlugin;
 import org.apache.spark.api.plugin.PluginContext;
 import org.apache.spark.api.plugin.SparkPlugin;
+import org.slf4j.LoggerFactory;
 
 /**
  * Entry point named in {@code spark.plugins}. Its driver side installs the {@link EventBridge}
  * while the SparkContext is still starting, so events that happen before the Python runtime
  * attaches are buffered (bounded) and delivered on attach. Both sides together remove the
  * application's host-local folder on every executor host when the application ends ({@link
- * AppEndDriver}, {@link AppEndExecutor}). With {@code spark.steward.enabled} not true at context
- * start, neither side does anything.
+ * AppEndDriver}, {@link AppEndExecutor}), and every executor serves the verified blob pieces its
+ * host holds to the other hosts ({@link PeerServer}). With {@code spark.steward.enabled} not true
+ * at context start, neither side does anything.
  */
 public final class StewardPlugin implements SparkPlugin {
+  /** The key of the plugin's extra conf holding the driver's resolved host-local working dir. */
+  static final String LOCAL_DIR_KEY = "local-dir";
 
   /**
    * A spark-steward boolean exactly as Python's config parses it and Spark parses its own keys:
@@ -60,8 +65,13 @@ public final class StewardPlugin implements SparkPlugin {
       bridge = EventBridge.install(sc);
       appEnd = AppEndDriver.start(sc);
       // Reaches the executors' init as their extra conf: the executor side acts only on it.
-      return appEnd == null ? Collections.emptyMap()
-          : Collections.singletonMap(AppEndExecutor.ENABLED_KEY, "true");
+      if (appEnd == null) {
+        return Collections.emptyMap();
+      }
+      Map<String, String> extra = new HashMap<>();
+      extra.put(AppEndExecutor.ENABLED_KEY, "true");
+      extra.put(LOCAL_DIR_KEY, appEnd.localDir());
+      return extra;
     }
 
     /** Spark calls this after {@code init} and registers the registry as the plugin's source. */
@@ -95,6 +105,7 @@ public final class StewardPlugin implements SparkPlugin {
   /** Active only when the driver side said so (spark-steward on); not in local mode's driver. */
   static final class Executor implements ExecutorPlugin {
     private AppEndExecutor appEnd;
+    private PeerServer peers;
 
     @Override
     public void init(PluginContext ctx, Map<String, String> extraConf) {
@@ -102,11 +113,25 @@ public final class StewardPlugin implements SparkPlugin {
       if ("true".equals(extraConf.get(AppEndExecutor.ENABLED_KEY))
           && !"driver".equals(ctx.executorID())) {
         appEnd = AppEndExecutor.start(ctx);
+        String localDir = extraConf.get(LOCAL_DIR_KEY);
+        if (localDir != null) {
+          try {
+            peers = PeerServer.startFor(ctx, localDir);
+          } catch (RuntimeException | LinkageError e) {
+            // startFor logs its own failures; this is a class missing from the executor's jars.
+            LoggerFactory.getLogger(PeerServer.class).warn("spark-steward: executor {} does not "
+                + "serve blob pieces to other hosts: {}", ctx.executorID(), e.toString());
+          }
+        }
       }
     }
 
     @Override
     public void shutdown() {
+      // Before the app-end removal: that may remove the folder the server reads from.
+      if (peers != null) {
+        peers.stop();
+      }
       if (appEnd != null) {
         appEnd.shutdown();
       }
