@@ -21,7 +21,7 @@ from spark_steward.blob.pieces import (PiecePlan, PieceRequest, endpoint_of, par
                                        parse_have, split_endpoint)
 from spark_steward.blob.protocol import peer_secret
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, Received
-from spark_steward.blob.swarm import Swarm, fill_from_swarm
+from spark_steward.blob.swarm import Swarm, SwarmStats, fill_from_swarm
 from spark_steward.config import (BLOB_FETCH_ATTEMPTS, BLOB_HA, BLOB_NETWORK_TIMEOUT,
                                   BLOB_PEER_CONNECTIONS, BLOB_PEER_ENABLED,
                                   BLOB_PEER_MIN_BYTES, BLOB_RETENTION_INTERVAL,
@@ -44,6 +44,8 @@ class ExecutorBlobs:
         self._client_lock = threading.Lock()
         self._bound: set[tuple[str, str, int]] = set()
         self._files: dict[str, tuple[BlobRef, str]] = {}
+        #: Where this process's last peer fetch took its pieces from (and whom it dropped).
+        self.last_swarm: SwarmStats | None = None
         ha = None
         if conf.is_set(STORAGE_DIR) and conf.get(BLOB_HA):
             ha = HaBlobStore(lambda: runtime.storage, context.app_id)
@@ -134,6 +136,7 @@ class ExecutorBlobs:
                       connections=conf.get(BLOB_PEER_CONNECTIONS),
                       attempts=conf.get(BLOB_FETCH_ATTEMPTS), timeout=timeout,
                       peers=_peer_list(first))
+        self.last_swarm = swarm.stats
         return fill_from_swarm(swarm, tmp)
 
     def _peer_secret(self) -> str:

@@ -146,9 +146,11 @@ class Swarm:
 
     def _run(self) -> Received:
         sha, crc, hashed = hashlib.sha256(), 0, 0
-        if self.origin is not None:
-            self._start("origin", self._origin_loop)
-        next_refresh = 0.0
+        with self._cond:
+            self._start_candidates()
+            if self.origin is not None:
+                self._start("origin", self._origin_loop)
+        next_refresh = time.monotonic() + REFRESH_SECONDS
         while True:
             with self._cond:
                 ready = self._prefix_done(hashed)
@@ -206,11 +208,15 @@ class Swarm:
                 if peer not in self.stats.dropped and peer not in self._active \
                         and peer not in self._candidates:
                     self._candidates.append(peer)
-            random.shuffle(self._candidates)
-            while self._candidates and len(self._active) - ("origin" in self._active) \
-                    < self.connections:
-                peer = self._candidates.pop()
-                self._start(peer, functools.partial(self._peer_loop, peer))
+            self._start_candidates()
+
+    def _start_candidates(self) -> None:
+        """Starts peers at random until ``connections`` are busy; the caller holds the lock."""
+        random.shuffle(self._candidates)
+        while self._candidates and len(self._active) - ("origin" in self._active) \
+                < self.connections:
+            peer = self._candidates.pop()
+            self._start(peer, functools.partial(self._peer_loop, peer))
 
     def _report_dropped(self) -> None:
         """Tells the driver which peers failed, so later fetchers are not sent to them."""

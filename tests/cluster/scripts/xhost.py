@@ -81,7 +81,7 @@ def here() -> dict[str, Any]:
 
 def transfers(delta: dict[str, int]) -> int:
     """Blob transfers in a blob cache counter delta (every way bytes reach a host)."""
-    return sum(delta.get(k, 0) for k in ("ha", "server", "linked", "streamed"))
+    return sum(delta.get(k, 0) for k in ("ha", "server", "linked", "peers", "streamed"))
 
 
 def table_and_checkpoint(spark: Any, series: str) -> dict[str, Any]:
