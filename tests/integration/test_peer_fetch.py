@@ -147,7 +147,7 @@ def _swarm(origin: _ServerPieces | None, peers: list[str], directory_calls: list
         host, port = peer.rsplit(":", 1)
         return _ServerPieces(REF, PLAN, BlobClient(host, int(port), PEER_KEY, timeout=5),
                              f"peer {peer}")
-    return Swarm(REF, PLAN, origin, directory, connect, connections=connections, attempts=2,
+    return Swarm(REF, PLAN, [origin] if origin is not None else [], directory, connect, connections=connections, attempts=2,
                  timeout=20, peers=peers)
 
 
@@ -161,8 +161,8 @@ def test_pieces_from_the_driver_and_the_jvm_peer_make_the_blob(java_peer: Server
                                                                tmp_path: Path) -> None:
     calls: list[list[str]] = []
     origin = _origin(driver)
-    read = origin.read
-    origin.read = lambda i, into: (time.sleep(0.01), read(i, into))[1]  # a shared link
+    pick = origin.pick
+    origin.pick = lambda need, into: (time.sleep(0.01), pick(need, into))[1]  # a shared link
     swarm = _swarm(origin, [f"127.0.0.1:{java_peer.port}"], calls)
     got = swarm.fill(tmp_path / f".{KEY.digest}.tmp-0123456789ab")
     assert got.sha256 == KEY.digest and got.size == len(DATA)
@@ -227,7 +227,7 @@ def test_the_driver_refuses_bad_piece_requests(driver: BlobServer) -> None:
             reply = _raw(client, request)
             assert reply.get("error") == "bad_request" and match in reply["message"], reply
         assert client.piece(PieceRequest(KEY, "_app", len(DATA), PIECE, 63), buffer) == \
-            len(DATA) - 63 * PIECE
+            (63, len(DATA) - 63 * PIECE)
         assert bytes(buffer[:len(DATA) - 63 * PIECE]) == DATA[63 * PIECE:]
 
 
@@ -238,3 +238,17 @@ def _raw(client: BlobClient, request: dict[str, Any]) -> dict[str, Any]:
         reply = read_frame(exact_reader(sock.recv_into), 1 << 20)
         client._in_step = True  # type: ignore[attr-defined]
         return reply
+
+
+def test_the_driver_picks_only_among_the_needed_pieces(driver: BlobServer) -> None:
+    host, port = driver._listener.getsockname()[:2]  # type: ignore[union-attr]
+    buffer = memoryview(bytearray(PIECE))
+    request = PieceRequest(KEY, "_app", len(DATA), PIECE, 0)
+    with BlobClient(host, port, APP_SECRET, timeout=5) as client:
+        for _ in range(5):
+            index, n = client.piece(request, buffer, frozenset({5, 40}))
+            assert index in (5, 40) and bytes(buffer[:n]) == DATA[index * PIECE:][:PIECE]
+        for need, match in [("0" * PLAN.count, "at least one"), ("1" * 3, "flag per piece"),
+                            ("2" * PLAN.count, "flag per piece")]:
+            reply = _raw(client, {**request.to_wire(), "op": "pick", "need": need})
+            assert reply.get("error") == "bad_request" and match in reply["message"], reply

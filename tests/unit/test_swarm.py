@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from spark_steward.blob.keys import BlobKey, BlobKind, BlobRef
-from spark_steward.blob.peering import MAX_HOLDERS, PeerDirectory
+from spark_steward.blob.peering import MAX_HOLDERS, REPEAT_AFTER, PeerDirectory
 from spark_steward.blob.pieces import (PiecePlan, PieceRequest, have_header, have_name,
                                        parse_endpoint, parse_have, piece_size_for)
 from spark_steward.blob.swarm import Swarm, SwarmFailed
@@ -70,7 +70,7 @@ def swarm(origin: Source | None, peers: dict[str, Source], calls: list[list[str]
         if calls is not None:
             calls.append(list(drop))
         return list(peers)
-    return Swarm(REF, PLAN, origin, directory, lambda p: peers[p], connections=4, attempts=2,
+    return Swarm(REF, PLAN, [origin] if origin is not None else [], directory, lambda p: peers[p], connections=4, attempts=2,
                  timeout=kw.pop("timeout", 10.0), peers=list(peers), **kw)
 
 
@@ -243,3 +243,17 @@ def test_the_plan_is_computed_once_from_the_verified_copy(tmp_path: Path) -> Non
     assert plan.piece_size == piece_size_for(len(DATA))
     assert plan.crcs == (crc32c_of(DATA),)
     assert d.plan(("_app", REF.key), len(DATA), open_blob) is plan and len(opened) == 1
+
+
+def test_the_origin_hands_out_every_piece_once_before_any_twice() -> None:
+    d = PeerDirectory()
+    entry = ("_app", REF.key)
+    everything = frozenset(range(64))
+    first = [d.pick(entry, everything, now=0) for _ in range(64)]  # hosts asking in turn
+    assert sorted(first) == list(range(64))  # type: ignore[type-var]
+    # All out: nothing again until REPEAT_AFTER (the hosts that got them pass them on) ...
+    assert d.pick(entry, frozenset({3, 9}), now=REPEAT_AFTER - 0.1) is None
+    # ... then again, least sent first (a host that got one may have died with it).
+    assert d.pick(entry, frozenset({3, 9}), now=REPEAT_AFTER) in (3, 9)
+    d.forget("_app")
+    assert d.pick(entry, frozenset({7}), now=REPEAT_AFTER) == 7

@@ -16,6 +16,7 @@ proof across the network. On loopback a 256 MiB fetch runs at about 0.7x the spe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import io
@@ -111,16 +112,32 @@ class BlobClient:
                                    f"announced {expected:08x}")
         return received
 
-    def piece(self, request: PieceRequest, into: memoryview) -> int:
-        """Reads piece ``request`` into ``into``; returns its length. The length the server
-        announces must be the piece's own: anything else (a short or oversized piece) is
-        refused before a byte of it is read. Checking the bytes is the caller's."""
-        offset, length = request.span()
-        what = f"piece {request.index} of blob {request.key.short}"
+    def piece(self, request: PieceRequest, into: memoryview,
+              need: frozenset[int] | None = None) -> tuple[int, int]:
+        """Reads piece ``request`` into ``into``, or with ``need`` the piece among those the
+        server picks; returns ``(index, length)``, ``(-1, 0)`` when it says wait. The offset and length the server announces
+        must be that piece's own: anything else (a short or oversized piece) is refused before
+        a byte of it is read. Checking the bytes is the caller's."""
+        count = -(-request.size // request.piece_size)
+        body = request.to_wire()
+        if need is not None:
+            body.update(op="pick", need="".join("1" if i in need else "0" for i in range(count)))
+        what = f"piece {request.index if need is None else '(picked)'} of blob " \
+               f"{request.key.short}"
         with self._exchange(what) as sock:
-            self._send(sock, request.to_wire())
+            self._send(sock, body)
             header = self._reply(sock, what)
+            if need is not None and header.get("wait") is True:
+                return -1, 0  # the origin says: the rest is on its way to other hosts
             self._in_step = False
+            index = header.get("index", request.index)
+            if need is None and index != request.index:
+                raise BlobProtocolError(f"{self.address} answered {what} with piece "
+                                        f"{index!r:.20}")
+            if need is not None and (type(index) is not int or index not in need):
+                raise BlobProtocolError(f"{self.address} picked piece {index!r:.20} of blob "
+                                        f"{request.key.short}, which was not asked for")
+            offset, length = dataclasses.replace(request, index=index).span()
             if header.get("offset") != offset or header.get("length") != length \
                     or length > len(into):
                 raise BlobProtocolError(f"{self.address} announced {what} at "
@@ -140,7 +157,7 @@ class BlobClient:
                                                 "bytes")
                     got += k
             self._in_step = True
-        return length
+        return index, length
 
     def have(self, key: BlobKey, scope: str, size: int, piece_size: int) -> dict[str, Any]:
         """A peer's progress on a blob: ``{"complete": True}`` or ``{"have": "0110..."}``."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import threading
 import uuid
 from pathlib import Path
@@ -31,6 +32,9 @@ from spark_steward.errors import BlobNotFound, BlobProtocolError, StewardError
 from spark_steward.kernel.executor import ExecutorRuntime, executor_runtime
 
 log = logging.getLogger(__name__)
+
+#: Connections to the origin per fill.
+ORIGIN_CONNECTIONS = 2
 
 
 class ExecutorBlobs:
@@ -123,14 +127,15 @@ class ExecutorBlobs:
         plan = PiecePlan.from_wire(first.get("plan"), ref.size)
         secret = self._peer_secret()
         # The origin serves the pieces no peer has: the HA store when there is one (the
-        # driver's link stays free, as without peers), else the driver's blob server.
-        origin = (_ServerPieces(ref, plan, None, "the HA store", ha=self._ha)
-                  if self._ha is not None else
-                  _ServerPieces(ref, plan, BlobClient(context.driver_host,
-                                                      context.server_port or 0,
-                                                      context.auth_token, timeout=timeout),
-                                "the driver"))
-        swarm = Swarm(ref, plan, origin, lambda drop: _peer_list(ask(drop)),
+        # driver's link stays free, as without peers), else the driver's blob server, which
+        # picks the pieces. Two connections, so one's request gap is the other's transfer.
+        origins = [_ServerPieces(ref, plan, None, "the HA store", ha=self._ha)
+                   if self._ha is not None else
+                   _ServerPieces(ref, plan, BlobClient(context.driver_host,
+                                                       context.server_port or 0,
+                                                       context.auth_token, timeout=timeout),
+                                 "the driver") for _ in range(ORIGIN_CONNECTIONS)]
+        swarm = Swarm(ref, plan, origins, lambda drop: _peer_list(ask(drop)),
                       lambda peer: _ServerPieces(ref, plan, BlobClient(
                           *split_endpoint(peer), secret, timeout=timeout), f"peer {peer}"),
                       connections=conf.get(BLOB_PEER_CONNECTIONS),
@@ -257,11 +262,20 @@ class _ServerPieces:
                                     f"{self.ref}: {str(reply.get('have'))[:60]!r}")
         return have
 
+    def pick(self, need: frozenset[int], into: memoryview) -> tuple[int, int]:
+        """A piece of ``need`` the blob server chooses; ``(index, length)``."""
+        if self.client is None:
+            index = random.choice(sorted(need))
+            return index, self.read(index, into)
+        request = PieceRequest(self.ref.key, self.ref.scope, self.plan.size,
+                               self.plan.piece_size, min(need))
+        return self.client.piece(request, into, need)
+
     def read(self, index: int, into: memoryview) -> int:
         request = PieceRequest(self.ref.key, self.ref.scope, self.plan.size,
                                self.plan.piece_size, index)
         if self.client is not None:
-            return self.client.piece(request, into)
+            return self.client.piece(request, into)[1]
         assert self.ha is not None
         if self._file is None:
             self._file = self.ha.storage.open_read(self.ha.rel(self.ref.scope, self.ref.key))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import OrderedDict
 from typing import BinaryIO, Callable
 
@@ -25,6 +26,8 @@ Entry = tuple[str, BlobKey]
 MAX_HOLDERS = 4096
 #: Most endpoints one request may name or ask for.
 MAX_LISTED = 64
+#: Seconds before the origin sends a piece it already sent again (see PeerDirectory.pick).
+REPEAT_AFTER = 2.0
 
 
 class PeerDirectory:
@@ -35,6 +38,7 @@ class PeerDirectory:
         self._holders: dict[Entry, OrderedDict[str, None]] = {}
         self._plans: dict[Entry, PiecePlan] = {}
         self._planning: dict[Entry, threading.Lock] = {}
+        self._served: dict[Entry, dict[int, tuple[int, float]]] = {}  # sends, last send
 
     def plan(self, entry: Entry, size: int, open_blob: Callable[[], BinaryIO]) -> PiecePlan:
         """The blob's plan, computed once from its verified copy (``open_blob``)."""
@@ -82,13 +86,34 @@ class PeerDirectory:
         recent = others[:4 * max(want, 1)]
         return random.sample(recent, min(want, len(recent)))
 
+    def pick(self, entry: Entry, need: frozenset[int], now: float | None = None
+             ) -> int | None:
+        """The needed piece the origin has served least (ties at random), counted as served,
+        or None: wait. Hosts that start together get different pieces first and pass them on,
+        so the origin sends about one copy instead of one per host. A piece already out is
+        sent again only ``REPEAT_AFTER`` seconds after its last send: by then the host that
+        got it has passed it on, or it died with it."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            served = self._served.setdefault(entry, {})
+            least = min(served.get(i, (0, 0.0))[0] for i in need)
+            candidates = [i for i in need if served.get(i, (0, 0.0))[0] == least]
+            if least:
+                candidates = [i for i in candidates if now - served[i][1] >= REPEAT_AFTER]
+                if not candidates:
+                    return None
+            index = random.choice(candidates)
+            served[index] = (least + 1, now)
+            return index
+
     def forget(self, scope: str, key: BlobKey | None = None) -> None:
         """The blob (or the whole scope) is gone: no plan, no holders."""
         with self._lock:
-            for entry in [e for e in (*self._plans, *self._holders)
+            for entry in [e for e in (*self._plans, *self._holders, *self._served)
                           if e[0] == scope and (key is None or e[1] == key)]:
                 self._plans.pop(entry, None)
                 self._holders.pop(entry, None)
+                self._served.pop(entry, None)
 
     def holders(self, entry: Entry) -> list[str]:
         with self._lock:

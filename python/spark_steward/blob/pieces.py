@@ -140,6 +140,16 @@ class PieceRequest:
         return offset, min(self.piece_size, self.size - offset)
 
 
+def parse_pick(body: dict[str, Any]) -> tuple[PieceRequest, frozenset[int]]:
+    """A validated ``pick`` request (the origin chooses the piece among ``need``): the
+    request with index 0 for its geometry, and the needed indexes."""
+    request = PieceRequest.parse({**body, "index": 0})
+    need = parse_have(body.get("need"), count_of(request.size, request.piece_size))
+    if not need:
+        raise BlobProtocolError("'need' must be one 0/1 flag per piece, at least one 1")
+    return request, need
+
+
 # -- have-files ------------------------------------------------------------------------------
 
 def have_name(key: BlobKey) -> str:

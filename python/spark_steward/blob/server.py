@@ -21,7 +21,9 @@ from the callbacks), ``internal`` (a bug; the traceback stays in the driver log)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import random
 import socket
 import ssl
 import threading
@@ -31,7 +33,7 @@ from dataclasses import dataclass, fields
 from typing import Any, BinaryIO, Callable
 
 from spark_steward.blob.keys import BlobKey, validate_scope_id
-from spark_steward.blob.pieces import PieceRequest
+from spark_steward.blob.pieces import PieceRequest, parse_pick
 from spark_steward.blob.protocol import (PROTOCOL_VERSION, PeerClosed, encode_frame,
                                          exact_reader, new_nonce, proof_matches, read_frame)
 from spark_steward.errors import (BlobNotFound, BlobProtocolError, InvalidBlobKey,
@@ -200,7 +202,8 @@ class BlobServer:
 
     ``locate(key, scope)`` raises BlobNotFound; ``on_message(op, request)`` returns the reply's
     fields and raises BlobProtocolError for an op it does not know (-> ``bad_request``) or other
-    StewardErrors (-> ``failed``).
+    StewardErrors (-> ``failed``); ``pick(key, scope, need)`` chooses the piece a ``pick``
+    request gets (default: any of ``need``), None to have the client wait.
     """
 
     def __init__(self, *, host: str, port: int, secret: str,
@@ -209,7 +212,9 @@ class BlobServer:
                  max_connections: int = 64, max_frame: int = 65536,
                  timeout: float = 60.0, handshake_timeout: float = 5.0,
                  max_unauthenticated: int = 64, max_unauthenticated_per_peer: int = 8,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None,
+                 pick: Callable[[BlobKey, str, frozenset[int]], int | None] | None = None
+                 ) -> None:
         if not secret:
             raise ValueError("the blob server needs a non-empty secret")
         if host in ("", "0.0.0.0", "::"):
@@ -217,6 +222,7 @@ class BlobServer:
                              "pass the driver's own address")
         self._host, self._port, self._secret = host, port, secret
         self._locate, self._on_message = locate, on_message
+        self._pick = pick or (lambda key, scope, need: random.choice(sorted(need)))
         self._max_connections, self._max_frame = max_connections, max_frame
         self._timeout, self._handshake_timeout = timeout, handshake_timeout
         self._tls = tls
@@ -492,7 +498,7 @@ class BlobServer:
             raise BlobProtocolError(f"request needs an 'op' string, got {op!r:.60}")
         if op == "get":
             return self._send_blob(conn, request)
-        if op == "piece":
+        if op in ("piece", "pick"):
             return self._send_piece(conn, request)
         fields_ = self._on_message(op, request)
         if not isinstance(fields_, dict):
@@ -503,15 +509,25 @@ class BlobServer:
     def _send_piece(self, conn: _Connection, request: dict[str, Any]) -> bool:
         """One piece of a blob for peer fetch (:mod:`spark_steward.blob.pieces`): the header
         names its offset and length, the fetcher checks it against the driver's piece plan."""
-        wanted = PieceRequest.parse(request)
+        if request.get("op") == "pick":
+            # The origin chooses (BitTorrent's super-seeding): the piece it has served least,
+            # so hosts starting together take different pieces and pass them on.
+            wanted, need = parse_pick(request)
+            index = self._pick(wanted.key, wanted.scope, need)
+            if index is None:  # every needed piece is on its way to another host
+                conn.send({"ok": True, "wait": True})
+                return True
+            wanted = dataclasses.replace(wanted, index=index)
+        else:
+            wanted = PieceRequest.parse(request)
         blob = self._locate(wanted.key, wanted.scope)
         with blob.file:
             if blob.size != wanted.size:
                 raise BlobProtocolError(f"blob {wanted.key.short} has {blob.size} bytes, the "
                                         f"request says {wanted.size}")
             offset, length = wanted.span()
-            sent = conn.send({"ok": True, "offset": offset, "length": length}, blob.file,
-                             length, offset)
+            sent = conn.send({"ok": True, "index": wanted.index, "offset": offset,
+                              "length": length}, blob.file, length, offset)
         if sent < length:
             log.warning("blob %s of scope %s ended before piece %d; closing the connection "
                         "from %s", wanted.key, wanted.scope, wanted.index, conn.peer)

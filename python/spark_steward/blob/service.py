@@ -106,6 +106,7 @@ class BlobService(RuntimeService):
             host=runtime.bind_host, port=conf.get(BLOB_SERVER_PORT),
             secret=runtime.context.auth_token, locate=depot.locate,
             on_message=depot.handle_message,
+            pick=lambda key, scope, need: depot.peers.pick((scope, key), need),
             max_connections=conf.get(BLOB_SERVER_MAX_CONNECTIONS),
             max_frame=conf.get(BLOB_SERVER_MAX_FRAME), timeout=conf.get(BLOB_NETWORK_TIMEOUT),
             handshake_timeout=conf.get(BLOB_SERVER_HANDSHAKE_TIMEOUT),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import mmap
 import os
 import random
 import threading
@@ -27,13 +28,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from spark_steward.blob.keys import BlobRef
 from spark_steward.blob.pieces import PiecePlan, have_header, have_name
 from spark_steward.blob.stores import Received, discard
 from spark_steward.checksum import crc32c_update
-from spark_steward.errors import StewardError
+from spark_steward.errors import BlobNotFound, StewardError
 from spark_steward.private import open_new
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 REFRESH_SECONDS = 0.5
 #: Seconds a peer thread waits before asking a peer that had nothing new again.
 POLL_SECONDS = 0.05
+#: Seconds a peer may have nothing this host needs before its connection is given up.
+IDLE_PEER_SECONDS = 10.0
 
 
 class PieceSource(Protocol):
@@ -80,12 +83,12 @@ class SwarmFailed(StewardError):
 class Swarm:
     """One fill of one blob on this host. Call :meth:`fill` once."""
 
-    def __init__(self, ref: BlobRef, plan: PiecePlan, origin: PieceSource | None,
+    def __init__(self, ref: BlobRef, plan: PiecePlan, origins: Sequence[PieceSource],
                  directory: Directory, connect: Callable[[str], PieceSource], *,
                  connections: int, attempts: int, timeout: float,
                  peers: list[str] | None = None) -> None:
         self.ref, self.plan = ref, plan
-        self.origin = origin
+        self.origins = list(origins)
         self.directory, self.connect = directory, connect
         self.connections, self.attempts, self.timeout = connections, attempts, timeout
         self.stats = SwarmStats()
@@ -97,7 +100,8 @@ class Swarm:
         self._active: dict[str, threading.Thread] = {}
         self._to_report: list[str] = []
         self._candidates: list[str] = list(peers or [])
-        self._origin_failed: str | None = None if origin is not None else "no origin"
+        self._idle: set[str] = set()
+        self._origins_failed: dict[str, str] = {}
         self._progress = time.monotonic()
         self._stop = False
         self._writers = 0
@@ -145,11 +149,21 @@ class Swarm:
         self._have_offset = len(header)
 
     def _run(self) -> Received:
+        # The SHA-256 follows the completed prefix straight from the page cache (a mapping,
+        # not a read: one copy of the blob fewer, which shows with many hosts per core).
+        with mmap.mmap(self._fd, self.plan.size, prot=mmap.PROT_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                return self._follow(view)
+            finally:
+                view.release()
+
+    def _follow(self, view: memoryview) -> Received:
         sha, crc, hashed = hashlib.sha256(), 0, 0
         with self._cond:
             self._start_candidates()
-            if self.origin is not None:
-                self._start("origin", self._origin_loop)
+            for n, origin in enumerate(self.origins):
+                self._start(f"origin-{n}", functools.partial(self._origin_loop, origin))
         next_refresh = time.monotonic() + REFRESH_SECONDS
         while True:
             with self._cond:
@@ -158,15 +172,12 @@ class Swarm:
                     self._cond.wait(0.05)
                     ready = self._prefix_done(hashed)
                 failure = self._failure()
-            # The SHA-256 follows the completed prefix, read back from the page cache.
             while hashed < ready:
                 offset, length = self.plan.span(hashed)
-                chunk = os.pread(self._fd, length, offset)
-                if len(chunk) != length:
-                    raise StewardError(f"temp file of blob {self.ref.key.short} is short at "
-                                       f"piece {hashed}")
+                chunk = view[offset:offset + length]
                 sha.update(chunk)
                 crc = crc32c_update(chunk, crc)
+                chunk.release()
                 hashed += 1
             if hashed == self.plan.count:
                 self._report_dropped()
@@ -187,10 +198,11 @@ class Swarm:
     def _failure(self) -> str | None:
         if time.monotonic() - self._progress > self.timeout:
             return f"no piece arrived for {self.timeout:g}s"
-        if self._origin_failed is not None and not self._active and not self._candidates:
+        if not self._active and not self._candidates:
+            origins = "; ".join(f"{o}: {why}" for o, why in self._origins_failed.items())
             dropped = "; ".join(f"{p}: {why}" for p, why in self.stats.dropped.items())
-            return (f"origin: {self._origin_failed}" + (f"; peers: {dropped}" if dropped else
-                                                         "; no peer holds it"))
+            return (f"origin: {origins or 'none'}"
+                    + (f"; peers: {dropped}" if dropped else "; no peer holds it"))
         return None
 
     def _refresh(self) -> None:
@@ -206,15 +218,14 @@ class Swarm:
         with self._cond:
             for peer in peers:
                 if peer not in self.stats.dropped and peer not in self._active \
-                        and peer not in self._candidates:
+                        and peer not in self._candidates and peer not in self._idle:
                     self._candidates.append(peer)
             self._start_candidates()
 
     def _start_candidates(self) -> None:
         """Starts peers at random until ``connections`` are busy; the caller holds the lock."""
         random.shuffle(self._candidates)
-        while self._candidates and len(self._active) - ("origin" in self._active) \
-                < self.connections:
+        while self._candidates and self._peer_threads() < self.connections:
             peer = self._candidates.pop()
             self._start(peer, functools.partial(self._peer_loop, peer))
 
@@ -228,6 +239,9 @@ class Swarm:
             except (OSError, StewardError) as exc:
                 log.debug("reporting dropped peers of blob %s failed: %s", self.ref, exc)
 
+    def _peer_threads(self) -> int:
+        return sum(not name.startswith("origin-") for name in self._active)
+
     def _start(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=self._guarded, args=(name, target), daemon=True,
                                   name=f"spark-steward-swarm-{self.ref.key.short}-{name}")
@@ -240,8 +254,8 @@ class Swarm:
         except BaseException:  # a bug in a loop must not hang the fill
             log.exception("peer fetch thread %s of blob %s failed", name, self.ref)
             with self._cond:
-                if name == "origin":
-                    self._origin_failed = "internal error (see the log)"
+                if name.startswith("origin"):
+                    self._origins_failed[name] = "internal error (see the log)"
         finally:
             with self._cond:
                 self._active.pop(name, None)
@@ -249,53 +263,103 @@ class Swarm:
 
     # -- sources ---------------------------------------------------------------------------
 
-    def _origin_loop(self) -> None:
-        assert self.origin is not None
+    def _origin_loop(self, origin: PieceSource) -> None:
         buffer = memoryview(bytearray(self.plan.piece_size))
+        pick = getattr(origin, "pick", None)
         failures = 0
         try:
             while True:
                 with self._cond:
-                    index = self._choose(None, origin=True)
-                    while index is None and not self._stop and self._left:
+                    need = self._origin_need()
+                    while need is None and not self._stop and self._left:
                         self._cond.wait(POLL_SECONDS)
-                        index = self._choose(None, origin=True)
-                    if index is None:
+                        need = self._origin_need()
+                    if need is None:
                         return
+                    index = None if pick is not None else self._claim(random.choice(need))
                 try:
-                    self._take(index, self.origin, buffer)
+                    if index is None:
+                        # The origin picks among the needed pieces (super-seeding).
+                        picked, n = pick(frozenset(need), buffer)  # type: ignore[misc]
+                        if picked < 0:  # all on their way to other hosts: wait for peers
+                            with self._cond:
+                                self._cond.wait(POLL_SECONDS)
+                            continue
+                        with self._cond:
+                            index = self._claim(picked)
+                    else:
+                        n = origin.read(index, buffer)
+                    self._accept(index, n, buffer)
                     failures = 0
                     with self._cond:
                         self.stats.from_origin += 1
                 except (OSError, StewardError) as exc:
                     failures += 1
-                    log.warning("piece %d of blob %s from %s failed (%d of %d): %s", index,
-                                self.ref, self.origin.label, failures, self.attempts, exc)
+                    log.warning("piece %s of blob %s from %s failed (%d of %d): %s", index,
+                                self.ref, origin.label, failures, self.attempts, exc)
                     if failures >= self.attempts:
                         with self._cond:
-                            self._origin_failed = f"{self.origin.label}: {exc}"
+                            self._origins_failed[origin.label] = str(exc)
                         return
                     time.sleep(min(2.0, 0.1 * 2 ** failures))
+                finally:
+                    if index is not None:
+                        with self._cond:
+                            self._unclaim(index)
         finally:
-            self.origin.close()
+            origin.close()
+
+    def _origin_need(self) -> list[int] | None:
+        """What an origin connection may fetch now, under the lock: missing pieces no known
+        peer holds and nobody fetches; those peers hold too when no peer is being fetched from;
+        at the end the pieces a single source is still on. None: nothing for now."""
+        if self._stop or not self._left:
+            return None
+        missing = [i for i in range(self.plan.count) if not self._done[i]]
+        free = [i for i in missing if i not in self._claimed]
+        if free:
+            if any(h is None for h in self._known.values()):
+                return None  # a peer holds all of it
+            held = frozenset().union(*self._known.values()) if self._known else frozenset()
+            rare = [i for i in free if i not in held]
+            return rare or (None if self._peer_threads() else free)
+        endgame = [i for i in missing if self._claimed.get(i, 0) < 2]
+        return endgame or None
 
     def _peer_loop(self, peer: str) -> None:
         buffer = memoryview(bytearray(self.plan.piece_size))
         source: PieceSource | None = None
+        useful = time.monotonic()
         try:
             source = self.connect(peer)
-            have = source.have()
+            have = _have_or_nothing(source)
             while True:
                 with self._cond:
                     self._known[peer] = have
                     if self._stop or not self._left:
                         return
-                    index = self._choose(have, origin=False)
+                    index = self._choose(have)
+                    if index is not None:
+                        self._claim(index)
                 if index is None:
+                    if time.monotonic() - useful > IDLE_PEER_SECONDS:
+                        log.debug("peer %s had nothing this host needs of blob %s for %gs",
+                                  peer, self.ref, IDLE_PEER_SECONDS)
+                        with self._cond:
+                            self._idle.add(peer)  # not dropped: others may need it
+                        return
                     time.sleep(POLL_SECONDS)
-                    have = source.have()
+                    have = _have_or_nothing(source)
                     continue
-                self._take(index, source, buffer)
+                try:
+                    self._accept(index, source.read(index, buffer), buffer)
+                except BlobNotFound:  # it moved the piece's file (the fill just completed)
+                    have = _have_or_nothing(source)
+                    continue
+                finally:
+                    with self._cond:
+                        self._unclaim(index)
+                useful = time.monotonic()
                 with self._cond:
                     self.stats.from_peers += 1
         except (OSError, StewardError) as exc:
@@ -306,73 +370,63 @@ class Swarm:
             with self._cond:
                 self._known.pop(peer, None)
 
-    def _choose(self, have: frozenset[int] | None, *, origin: bool) -> int | None:
-        """A missing piece for a source holding ``have`` (None: all), under the lock: an
-        unclaimed one, for the origin one no peer has if there is such, at random so hosts
-        take different pieces first; at the end a piece another source is still on."""
+    def _choose(self, have: frozenset[int] | None) -> int | None:
+        """A missing piece a peer holding ``have`` (None: all) can give, under the lock: an
+        unclaimed one at random, so hosts take different pieces first; at the end a piece
+        another source is still on."""
         if self._stop or not self._left:
             return None
         missing = [i for i in (range(self.plan.count) if have is None else have)
                    if not self._done[i]]
         free = [i for i in missing if i not in self._claimed]
-        if origin and free:
-            held = set().union(*(h for h in self._known.values() if h is not None)) \
-                if self._known else set()
-            if any(h is None for h in self._known.values()):
-                held = set(range(self.plan.count))
-            rare = [i for i in free if i not in held]
-            free = rare or ([] if held and len(self._active) > 1 else free)
-            if not free:
-                return None  # the peers hold the rest: leave them to them
         if not free:
-            endgame = [i for i in missing if self._claimed.get(i, 0) < 2]
-            if not endgame:
+            free = [i for i in missing if self._claimed.get(i, 0) < 2]
+            if not free:
                 return None
-            free = endgame
             self.stats.duplicates += 1
-        index = random.choice(free)
+        return random.choice(free)
+
+    def _claim(self, index: int) -> int:
         self._claimed[index] = self._claimed.get(index, 0) + 1
         return index
 
-    def _take(self, index: int, source: PieceSource, buffer: memoryview) -> None:
-        """Reads, checks, writes and announces piece ``index``; a bad piece raises."""
+    def _unclaim(self, index: int) -> None:
+        left = self._claimed.get(index, 0) - 1
+        if left > 0:
+            self._claimed[index] = left
+        else:
+            self._claimed.pop(index, None)
+
+    def _accept(self, index: int, n: int, buffer: memoryview) -> None:
+        """Checks piece ``index`` (``n`` bytes in ``buffer``) against the plan, then writes and
+        announces it; a bad piece raises BadPiece."""
         offset, length = self.plan.span(index)
-        try:
-            n = source.read(index, buffer)
-            if n != length:
-                raise BadPiece(f"piece {index} has {n} bytes, expected {length}")
-            got = crc32c_update(buffer[:n], 0)
-            if got != self.plan.crcs[index]:
-                with self._cond:
-                    self.stats.bad_pieces += 1
-                raise BadPiece(f"piece {index} has crc32c {got:08x}, the plan says "
-                               f"{self.plan.crcs[index]:08x}")
+        if n != length:
+            raise BadPiece(f"piece {index} has {n} bytes, expected {length}")
+        got = crc32c_update(buffer[:n], 0)
+        if got != self.plan.crcs[index]:
             with self._cond:
-                fresh = not self._done[index] and not self._stop
-                self._writers += fresh
-            if fresh:
-                try:
-                    written = 0
-                    while written < n:
-                        written += os.pwrite(self._fd, buffer[written:n], offset + written)
-                    os.pwrite(self._have_fd, b"1", self._have_offset + index)
-                finally:
-                    with self._cond:
-                        self._writers -= 1
-                        self._cond.notify_all()
+                self.stats.bad_pieces += 1
+            raise BadPiece(f"piece {index} has crc32c {got:08x}, the plan says "
+                           f"{self.plan.crcs[index]:08x}")
+        with self._cond:
+            fresh = not self._done[index] and not self._stop
+            self._writers += fresh
+        if not fresh:
+            return
+        try:
+            written = 0
+            while written < n:
+                written += os.pwrite(self._fd, buffer[written:n], offset + written)
+            os.pwrite(self._have_fd, b"1", self._have_offset + index)
         finally:
             with self._cond:
-                left = self._claimed.get(index, 0) - 1
-                if left > 0:
-                    self._claimed[index] = left
-                else:
-                    self._claimed.pop(index, None)
-        with self._cond:
-            if fresh and not self._done[index]:
-                self._done[index] = 1
-                self._left -= 1
-                self._progress = time.monotonic()
-            self._cond.notify_all()
+                self._writers -= 1
+                if not self._done[index]:
+                    self._done[index] = 1
+                    self._left -= 1
+                    self._progress = time.monotonic()
+                self._cond.notify_all()
 
     def _drop(self, peer: str, why: str) -> None:
         log.warning("peer %s dropped for blob %s: %s; its pieces come from elsewhere", peer,
@@ -383,7 +437,15 @@ class Swarm:
 
 
 class BadPiece(StewardError):
-    """A source sent a piece that is not the plan's."""
+    """A source sent a piece that is not the plan's, or nothing useful."""
+
+
+def _have_or_nothing(source: PieceSource) -> frozenset[int] | None:
+    """A peer's pieces; none yet when it has not started its fill (or just finished it)."""
+    try:
+        return source.have()
+    except BlobNotFound:
+        return frozenset()
 
 
 def fill_from_swarm(swarm: Swarm, tmp: Path) -> Received:
@@ -393,7 +455,7 @@ def fill_from_swarm(swarm: Swarm, tmp: Path) -> Received:
     stats = swarm.stats
     log.info("blob %s: %d pieces from peers, %d from %s in %.2fs%s", swarm.ref,
              stats.from_peers, stats.from_origin,
-             swarm.origin.label if swarm.origin is not None else "no origin",
+             swarm.origins[0].label if swarm.origins else "no origin",
              time.monotonic() - start,
              f" ({len(stats.dropped)} peers dropped)" if stats.dropped else "")
     return received
