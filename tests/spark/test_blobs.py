@@ -358,3 +358,34 @@ def test_peer_fetch_without_an_origin_falls_back_to_the_whole_blob(spark: Any, r
     rows = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_fetch_report(ref)).collect()
     assert {(r[1], r[2]) for r in rows} == {(crc32c.crc32c(data), len(data))}
     assert blobs.server.stats.blobs_served == served + 1
+
+
+def test_a_large_added_file_and_archive_come_through_peer_fetch(spark: Any, blobs: Any,
+                                                                tmp_path: Path) -> None:
+    """Transparent mode: ``sc.addFile`` / ``sc.addArchive`` of large files take the same path
+    as ``blobs.get``, with no change to the job."""
+    import tarfile
+
+    from pyspark import SparkFiles
+
+    data = os.urandom(18 << 20)
+    source = tmp_path / "big-model.bin"
+    source.write_bytes(data)
+    archive = tmp_path / "big-env.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(source, arcname="env/model.bin")
+    sc = spark.sparkContext
+    before = blobs.depot.transfers["peers"]
+    sc.addFile(str(source))
+    sc.addArchive(str(archive))
+
+    def read(_: int) -> tuple[int, int]:
+        import crc32c as c
+
+        unpacked = Path(SparkFiles.get("big-env.tar")) / "env" / "model.bin"
+        return c.crc32c(Path(SparkFiles.get("big-model.bin")).read_bytes()), \
+            c.crc32c(unpacked.read_bytes())
+
+    rows = sc.parallelize(range(4), 4).map(read).collect()
+    assert set(rows) == {(crc32c.crc32c(data), crc32c.crc32c(data))}
+    assert blobs.depot.transfers["peers"] == before + 2  # one fill per blob on this host
