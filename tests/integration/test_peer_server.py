@@ -508,6 +508,26 @@ def test_links_in_place_of_a_blob_or_its_scope_are_not_followed(server: Server) 
         assert_error(client.request(piece(dir_key, SIZE, 0)), "not_found")
 
 
+def test_a_blob_cut_short_while_it_is_sent_ends_the_connection_unpadded(server: Server) -> None:
+    """The file shrinks under a piece being sent (the client holds the server back by not
+    reading): the client gets the bytes the file still has, then the end, never padding."""
+    size, cut = 16 << 20, 12 << 20  # the server cannot be 12 MiB in: its send buffer is full
+    data = os.urandom(size)
+    key = hashlib.sha256(data).hexdigest()
+    path = server.scope_dir / key
+    path.write_bytes(data)
+    with authenticated(server.port) as client:
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        assert client.request(piece(key, size, 0, piece_size=size)) == {
+            "ok": True, "offset": 0, "length": size}
+        os.truncate(path, cut)
+        got = bytearray()
+        while chunk := client.sock.recv(1 << 20):
+            got += chunk
+        assert bytes(got) == data[:cut]
+    assert f"ended {cut} bytes into piece 0 of {size} announced" in server.stderr.read_text()
+
+
 # -- the endpoint file, a key that is not there yet, the upload cap ----------------------------
 
 def test_endpoint_file_key_not_ready_and_upload_cap(tmp_path: Path) -> None:
@@ -545,3 +565,44 @@ def test_endpoint_file_key_not_ready_and_upload_cap(tmp_path: Path) -> None:
     assert not endpoint.exists()
     log = srv.stderr.read_text()
     assert "served 4 pieces (524288 bytes); 1 failed authentications" in log, log[-2000:]
+
+
+def test_a_client_that_stops_reading_is_cut_after_the_network_timeout(tmp_path: Path) -> None:
+    """The stalled-write watchdog: a client that asks for a piece and never reads it is cut
+    once one write has made no progress for the network timeout (1 s here), which frees the
+    server's only authenticated slot for the next client; the cut piece is not counted."""
+    app_dir = tmp_path / "app-3"
+    (app_dir / "peers").mkdir(parents=True, mode=0o700)
+    (app_dir / "peers" / "key").write_text(SECRET)
+    size = 16 << 20  # more than the server's send and the client's receive buffers hold
+    data = os.urandom(size)
+    key = hashlib.sha256(data).hexdigest()
+    scope_dir = app_dir / "blob-cache" / SCOPE
+    scope_dir.mkdir(parents=True)
+    (scope_dir / key).write_bytes(data)
+    request = piece(key, size, 0, piece_size=size)
+    srv = _start(app_dir, "exec-3", 1, 0, 3000, 1000)
+    try:
+        with authenticated(srv.port) as stalled:
+            stalled.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            assert stalled.request(request) == {"ok": True, "offset": 0, "length": size}
+            started = time.monotonic()
+            # ... and reads no further. The slot is busy until the watchdog cuts the writer.
+            with authenticated(srv.port) as good:
+                waited = time.monotonic() - started
+                assert fetch(good, request) == data
+            assert 0.7 <= waited <= 4.5, waited
+            # The stalled client gets what was on its way, never the whole piece, then the end.
+            got = 0
+            stalled.sock.settimeout(10)
+            try:
+                while chunk := stalled.sock.recv(1 << 20):
+                    got += len(chunk)
+            except ConnectionResetError:
+                pass
+            assert got < size, got
+    finally:
+        code = srv.stop()
+    assert code == 0
+    log = srv.stderr.read_text()
+    assert f"served 1 pieces ({size} bytes)" in log, log[-2000:]

@@ -2,15 +2,14 @@ package io.sparksteward.shim;
 
 import java.io.IOException;
 import java.io.InputStream;
-import java.io.OutputStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
-import java.net.ServerSocket;
 import java.net.Socket;
-import java.net.SocketException;
 import java.net.SocketTimeoutException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
@@ -75,8 +74,17 @@ import org.slf4j.LoggerFactory;
  * <p>Nobody without the secret can lock good clients out: connections still in the handshake
  * are bounded apart from authenticated ones (globally and per peer address; the oldest is
  * dropped to admit a new one) and get the handshake timeout, not the network timeout, to
- * authenticate. Writes have no socket timeout in Java, so a reaper closes a connection whose
+ * authenticate. Writes have no socket timeout in Java, so a reaper cuts a connection whose
  * single write makes no progress for the network timeout.
+ *
+ * <p>A piece's body goes from the file to the socket with {@link FileChannel#transferTo}
+ * (sendfile on Linux), never through the heap. Frames are read through the channel's socket
+ * adaptor, whose reads honour SO_TIMEOUT on every Java the shim runs on (8: a non-blocking
+ * read and poll; 11 and later: a timed poll). On Java 8 to 21 a thread in transferTo is not
+ * known to the socket channel (25 registers it), so closing the channel from another thread
+ * neither wakes it nor keeps its file descriptor from being reused under it: other threads
+ * only shut an authenticated connection down (which fails the blocked sendfile with EPIPE and
+ * ends reads); the thread serving it closes it.
  */
 public final class PeerServer {
   private static final Logger LOG = LoggerFactory.getLogger(PeerServer.class);
@@ -95,7 +103,13 @@ public final class PeerServer {
   private static final int MAX_DEPTH = 32;
   private static final int MAX_PENDING = 64;
   private static final int MAX_PENDING_PER_PEER = 8;
-  private static final int BUFFER_BYTES = 1 << 20;
+  /**
+   * Bytes per transferTo call, the most a single write can take: a client that does not
+   * take 1 MiB within the network timeout is cut.
+   */
+  private static final int CHUNK_BYTES = 1 << 20;
+  /** transferTo calls in a row that may move nothing before the connection is given up. */
+  private static final int MAX_ZERO_TRANSFERS = 3;
   private static final long MAX_SIZE = 1L << 50;
   private static final long MIN_PIECE = 65536;
   private static final long MAX_PIECE = 1L << 30;
@@ -123,7 +137,7 @@ public final class PeerServer {
   private final Path endpointFile;
   private final String executorId;
   private final Settings settings;
-  private final ServerSocket listener;
+  private final ServerSocketChannel listener;
   private final Thread acceptor;
   private final ThreadPoolExecutor pool;
   private final ScheduledExecutorService reaper;
@@ -274,7 +288,8 @@ public final class PeerServer {
     return (long) Math.min(millis, Integer.MAX_VALUE);
   }
 
-  private PeerServer(Path appDir, String executorId, Settings settings, ServerSocket listener) {
+  private PeerServer(Path appDir, String executorId, Settings settings,
+      ServerSocketChannel listener) {
     this.blobCache = appDir.resolve("blob-cache");
     this.keyFile = appDir.resolve("peers").resolve("key");
     this.endpointFile = appDir.resolve("peers").resolve(executorId + ".json");
@@ -343,7 +358,7 @@ public final class PeerServer {
     if (notPrivate != null) {
       throw new IOException("the peer dir is not private: " + notPrivate);
     }
-    ServerSocket listener = new ServerSocket();
+    ServerSocketChannel listener = ServerSocketChannel.open();
     PeerServer server;
     try {
       listener.bind(new InetSocketAddress(bind, 0), 128);
@@ -366,7 +381,7 @@ public final class PeerServer {
   }
 
   int port() {
-    return listener.getLocalPort();
+    return listener.socket().getLocalPort();
   }
 
   /** {@code {"host":..,"port":..,"executor":..}}, atomically (temp, then rename), 0600. */
@@ -413,7 +428,7 @@ public final class PeerServer {
     }
     closeQuietly(listener);
     for (Conn c : open) {
-      c.close();
+      c.abort(); // Their threads end and close them; a connection never served is closed below.
     }
     reaper.shutdownNow();
     pool.shutdownNow();
@@ -428,6 +443,9 @@ public final class PeerServer {
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
+    for (Conn c : open) {
+      c.close();
+    }
     LOG.info("spark-steward: peer server of executor {} stopped: served {} pieces ({} bytes); "
         + "{} failed authentications, {} bad requests, {} refused busy, {} handshakes dropped",
         executorId, piecesServed.get(), bytesServed.get(), authFailures.get(), badRequests.get(),
@@ -438,7 +456,7 @@ public final class PeerServer {
 
   private void acceptLoop() {
     while (!stopped) {
-      Socket socket;
+      SocketChannel socket;
       try {
         socket = listener.accept();
       } catch (IOException e) {
@@ -461,8 +479,8 @@ public final class PeerServer {
   }
 
   /** Registers the socket as in the handshake (dropping the oldest beyond a bound), queues it. */
-  private void admit(Socket socket) throws IOException {
-    socket.setTcpNoDelay(true);
+  private void admit(SocketChannel socket) throws IOException {
+    socket.socket().setTcpNoDelay(true);
     Conn conn = new Conn(socket);
     List<Conn> dropped = new ArrayList<>(2);
     boolean refused = false;
@@ -502,7 +520,7 @@ public final class PeerServer {
       }
     }
     for (Conn old : dropped) {
-      old.close();
+      old.close(); // In the handshake: its thread reads or writes frames, never a transferTo.
       droppedHandshakes.incrementAndGet();
     }
     if (!dropped.isEmpty()) {
@@ -543,9 +561,11 @@ public final class PeerServer {
       }
     }
     for (Conn c : stalled) {
-      LOG.debug("spark-steward: peer connection from {}: no write progress in {} ms; closing",
-          c.peer, settings.idleMillis);
-      c.close();
+      if (!c.aborted) {
+        LOG.debug("spark-steward: peer connection from {}: no write progress in {} ms; "
+            + "cutting it", c.peer, settings.idleMillis);
+      }
+      c.abort();
     }
   }
 
@@ -773,46 +793,85 @@ public final class PeerServer {
     }
   }
 
+  /**
+   * Sends {@code r}'s bytes from {@code source} in chunks (each one paid to the upload cap
+   * first); false when the connection must end: the file is shorter than announced or cannot
+   * be read (the peer already has part of the body, so nothing is padded or said).
+   */
   private boolean sendBody(Conn conn, FileChannel source, Request r) throws Lost {
-    byte[] buffer = conn.buffer();
-    ByteBuffer view = ByteBuffer.wrap(buffer);
-    int step = bucket == null ? buffer.length : bucket.step;
+    int step = bucket == null ? CHUNK_BYTES : bucket.step;
     long sent = 0;
+    int zeros = 0;
     while (sent < r.length) {
       int want = (int) Math.min(step, r.length - sent);
-      view.clear();
-      view.limit(want);
-      int got;
-      try {
-        while (view.hasRemaining() && source.read(view, r.offset + sent + view.position()) > 0) {
-          // Until the chunk is full or the file ends.
-        }
-        got = view.position();
-      } catch (IOException e) {
-        throttle.warn("read", "spark-steward: reading piece {} of blob {}/{} failed ({}); "
-            + "closing the connection from {}", r.index, r.scope, r.key, e.toString(), conn.peer);
-        return false;
-      }
-      if (got < want) {
-        throttle.warn("short", "spark-steward: blob {}/{} ended {} bytes into piece {} of {} "
-            + "announced; closing the connection from {}", r.scope, r.key, sent + got, r.index,
-            r.length, conn.peer);
-        return false;
-      }
       if (bucket != null) {
         try {
-          bucket.take(got);
+          bucket.take(want);
         } catch (InterruptedException e) {
           Thread.currentThread().interrupt();
           throw new Lost("interrupted");
         }
       }
-      conn.write(buffer, 0, got);
-      sent += got;
+      long chunkEnd = sent + want;
+      while (sent < chunkEnd) {
+        long position = r.offset + sent;
+        long n;
+        IOException failed = null;
+        try {
+          n = conn.transfer(source, position, chunkEnd - sent);
+        } catch (IOException e) {
+          n = -1;
+          failed = e;
+        }
+        if (n > 0) {
+          sent += n;
+          zeros = 0;
+          continue;
+        }
+        // Failed or moved nothing: sendfile does not say whether the file or the socket is to
+        // blame, so the file is asked.
+        String problem = fileProblem(conn, source, position);
+        if (problem == null) {
+          if (failed != null) {
+            throw new Lost(failed.toString());
+          }
+          if (++zeros >= MAX_ZERO_TRANSFERS) {
+            throw new Lost("transferTo moved no byte " + zeros + " times in a row");
+          }
+        } else if (problem.isEmpty()) {
+          throttle.warn("short", "spark-steward: blob {}/{} ended {} bytes into piece {} of {} "
+              + "announced; closing the connection from {}", r.scope, r.key, sent, r.index,
+              r.length, conn.peer);
+          return false;
+        } else {
+          throttle.warn("read", "spark-steward: reading piece {} of blob {}/{} failed ({}); "
+              + "closing the connection from {}", r.index, r.scope, r.key, problem, conn.peer);
+          return false;
+        }
+      }
     }
     piecesServed.incrementAndGet();
     bytesServed.addAndGet(sent);
     return true;
+  }
+
+  /**
+   * What is wrong with {@code source} at {@code position} after a transferTo failed or moved
+   * nothing: "" when the file ends there, why it cannot be read, or null when it can (so the
+   * socket is to blame) or the connection is being cut or stopped anyway.
+   */
+  private String fileProblem(Conn conn, FileChannel source, long position) {
+    if (stopped || conn.aborted || !source.isOpen() || Thread.currentThread().isInterrupted()) {
+      return null;
+    }
+    try {
+      if (source.size() <= position) {
+        return "";
+      }
+      return source.read(ByteBuffer.allocate(1), position) < 0 ? "" : null;
+    } catch (IOException e) {
+      return e.toString();
+    }
   }
 
   // -- files -----------------------------------------------------------------------------------
@@ -1120,31 +1179,30 @@ public final class PeerServer {
     }
   }
 
-  /** One accepted socket: frames read by a deadline, writes watched by the reaper. */
+  /**
+   * One accepted socket (a blocking channel): frames read by a deadline through its socket
+   * adaptor, writes watched by the reaper. Only its own thread closes it once it may be in a
+   * transferTo; other threads {@link #abort} it.
+   */
   private static final class Conn {
+    final SocketChannel channel;
     final Socket socket;
     final String peer;
     final String address;
+    /** The adaptor's stream: its reads honour the socket's SO_TIMEOUT (Java 8 and later). */
     final InputStream in;
-    final OutputStream out;
     volatile boolean dropped;
+    /** Shut down by the reaper or the stop: nothing more goes either way. */
+    volatile boolean aborted;
     /** System.nanoTime() when the write under way began; 0 when none is. */
     volatile long writingSince;
-    private byte[] buffer;
 
-    Conn(Socket socket) throws IOException {
-      this.socket = socket;
+    Conn(SocketChannel channel) throws IOException {
+      this.channel = channel;
+      this.socket = channel.socket();
       this.address = socket.getInetAddress().getHostAddress();
       this.peer = address + ":" + socket.getPort();
       this.in = socket.getInputStream();
-      this.out = socket.getOutputStream();
-    }
-
-    byte[] buffer() {
-      if (buffer == null) {
-        buffer = new byte[BUFFER_BYTES];
-      }
-      return buffer;
     }
 
     /** The next frame, or null when the peer closed before one began. */
@@ -1220,11 +1278,28 @@ public final class PeerServer {
     }
 
     void write(byte[] bytes, int offset, int length) throws Lost {
+      ByteBuffer view = ByteBuffer.wrap(bytes, offset, length);
       writingSince = System.nanoTime() | 1;
       try {
-        out.write(bytes, offset, length);
+        while (view.hasRemaining()) {
+          channel.write(view);
+        }
       } catch (IOException e) {
         throw new Lost(e.toString());
+      } finally {
+        writingSince = 0;
+      }
+    }
+
+    /**
+     * {@code source.transferTo} this socket (sendfile): at most {@code count} bytes from
+     * {@code position}, watched by the reaper as one write. IOException: the file or the socket
+     * failed (sendfile does not say which).
+     */
+    long transfer(FileChannel source, long position, long count) throws IOException {
+      writingSince = System.nanoTime() | 1;
+      try {
+        return source.transferTo(position, count, channel);
       } finally {
         writingSince = 0;
       }
@@ -1251,8 +1326,27 @@ public final class PeerServer {
       }
     }
 
+    /**
+     * From another thread: shuts both directions down, which fails a write or sendfile blocked
+     * on a full socket (EPIPE) and ends a blocked read, without closing the file descriptor
+     * that thread may still use.
+     */
+    void abort() {
+      aborted = true;
+      try {
+        channel.shutdownOutput();
+      } catch (IOException | RuntimeException e) {
+        // Closed already: nothing to stop. Nothing escapes: the reaper must not die of it.
+      }
+      try {
+        channel.shutdownInput();
+      } catch (IOException | RuntimeException e) {
+        // As above.
+      }
+    }
+
     void close() {
-      closeQuietly(socket);
+      closeQuietly(channel);
     }
   }
 
@@ -1266,7 +1360,7 @@ public final class PeerServer {
 
     TokenBucket(long rate) {
       this.rate = rate;
-      this.step = (int) Math.max(4096, Math.min(BUFFER_BYTES, rate / 16));
+      this.step = (int) Math.max(4096, Math.min(CHUNK_BYTES, rate / 16));
       this.tokens = step;
     }
 
