@@ -106,7 +106,8 @@ class Bench:
         start = time.perf_counter()
         try:
             result = self.cluster.submit(JOB, variant, str(out), "--file", f"{DRIVER_DIR}/{name}",
-                                         "--hosts", str(hosts), conf=flags, timeout=1800)
+                                         "--hosts", str(hosts), "--settle",
+                                         str(self.args.settle), conf=flags, timeout=1800)
         finally:
             (self.files / name).unlink(missing_ok=True)
         wall = time.perf_counter() - start
@@ -194,6 +195,8 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--rate-mbit", type=float, default=1000.0)
     parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS))
+    parser.add_argument("--settle", type=float, default=0.0,
+                        help="untimed seconds between the warm-up job and the set-up")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     if unknown := set(args.variants) - set(VARIANTS):

@@ -79,13 +79,17 @@ def run_tasks(sc: Any, task: Callable[[int], Row], hosts: int, size: int | None
     return wall, rows
 
 
-def ship(sc: Any, variant: str, path: str, hosts: int) -> dict[str, Any]:
+def ship(sc: Any, variant: str, path: str, hosts: int, settle: float) -> dict[str, Any]:
     import spark_steward
 
     size = os.path.getsize(path)
     # Untimed: the Python workers start (reused afterwards) and every executor takes a task.
     run_tasks(sc, lambda _: timed(lambda: 0), hosts, None)
+    # Untimed too: the fresh JVMs' JIT compilers calm down. On a real cluster each host has
+    # its own cores for that; here every host's compile competes for the same two.
+    time.sleep(settle)
     os.sync()
+    began = time.monotonic()  # system-wide: a CPU sampler outside the hosts can line up with it
     start = time.perf_counter()
     if variant in ("peer", "server"):
         ref = spark_steward.blobs.put(path)
@@ -114,6 +118,7 @@ def ship(sc: Any, variant: str, path: str, hosts: int) -> dict[str, Any]:
           f"{job:.3f}s); tasks {', '.join(f'{r[0]} {r[2]:.2f}s' for r in sorted(rows))}",
           file=sys.stderr, flush=True)
     return {"setup": setup, "job": job, "total": setup + job, "size": size,
+            "window": [began, time.monotonic()],
             "tasks": [{"host": r[0], "bytes": r[1], "seconds": r[2],
                        **({"pieces": r[3]} if len(r) > 3 and r[3] else {})} for r in rows]}
 
@@ -124,6 +129,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--file", required=True)
     parser.add_argument("--hosts", type=int, required=True)
+    parser.add_argument("--settle", type=float, default=0.0)
     args = parser.parse_args()
 
     from pyspark.sql import SparkSession
@@ -136,7 +142,7 @@ def main() -> None:
     started = time.perf_counter()
     executors = wait_executors(sc, args.hosts)
     waited = time.perf_counter() - started
-    result = ship(sc, args.variant, args.file, args.hosts)
+    result = ship(sc, args.variant, args.file, args.hosts, args.settle)
     stop_start = time.perf_counter()
     spark.stop()
     body = {"variant": args.variant, "hosts": args.hosts, "context_start": context,

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from types import TracebackType
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 
 from spark_steward.blob.keys import BlobKey, validate_scope_id
@@ -74,6 +74,7 @@ class BlobClient:
         self._lock = threading.Lock()
         self._buffer = memoryview(bytearray())
         self._in_step = False  # whether the last exchange read a complete reply
+        self._aborted = False
 
     @property
     def address(self) -> str:
@@ -112,7 +113,7 @@ class BlobClient:
                                    f"announced {expected:08x}")
         return received
 
-    def piece(self, request: PieceRequest, into: memoryview,
+    def piece(self, request: PieceRequest, into: memoryview | Callable[[int], memoryview],
               need: frozenset[int] | None = None) -> tuple[int, int]:
         """Reads piece ``request`` into ``into``, or with ``need`` the piece among those the
         server picks; returns ``(index, length)``, ``(-1, 0)`` when it says wait. The offset and length the server announces
@@ -138,12 +139,14 @@ class BlobClient:
                 raise BlobProtocolError(f"{self.address} picked piece {index!r:.20} of blob "
                                         f"{request.key.short}, which was not asked for")
             offset, length = dataclasses.replace(request, index=index).span()
-            if header.get("offset") != offset or header.get("length") != length \
-                    or length > len(into):
+            if header.get("offset") != offset or header.get("length") != length:
                 raise BlobProtocolError(f"{self.address} announced {what} at "
                                         f"{header.get('offset')!r:.20}+"
                                         f"{header.get('length')!r:.20}, expected "
                                         f"{offset}+{length}")
+            into = into(index) if callable(into) else into  # where the picked piece goes
+            if length > len(into):
+                raise ValueError(f"{what} has {length} bytes, the buffer {len(into)}")
             got = 0
             with _bulk_receive(sock, self._timeout) as flags:
                 while got < length:
@@ -171,6 +174,16 @@ class BlobClient:
         with self._exchange(f"op {op!r}") as sock:
             self._send(sock, {**fields, "op": op})
             return self._reply(sock, f"op {op!r}")
+
+    def abort(self) -> None:
+        """Cuts the connection off from another thread: a read in progress (a piece
+        received straight into a file's mapping) raises at once, and no new connection is
+        made. Only the socket is shut down; the thread using it closes it."""
+        self._aborted = True
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         with self._lock:
@@ -211,7 +224,12 @@ class BlobClient:
             log.debug("blob server %s closed the idle connection; reconnecting", self.address)
             self._drop()
         if self._sock is None:
+            if self._aborted:
+                raise BlobServerUnavailable(f"connection to {self.address} was cut off")
             self._sock = self._connect_with_retries()
+            if self._aborted:  # abort() ran while connecting and saw no socket yet
+                self._drop()
+                raise BlobServerUnavailable(f"connection to {self.address} was cut off")
         return self._sock
 
     def _connect_with_retries(self) -> socket.socket:

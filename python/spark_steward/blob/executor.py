@@ -11,7 +11,7 @@ import random
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from spark_steward.blob import tls
 from spark_steward.blob.archives import unpack_once
@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 #: Connections to the origin per fill.
 ORIGIN_CONNECTIONS = 2
+#: Seconds a peer may send nothing before its connection is given up and its piece fetched
+#: elsewhere (a host that lost power sends no reset).
+PEER_TIMEOUT = 10.0
 
 
 class ExecutorBlobs:
@@ -137,7 +140,8 @@ class ExecutorBlobs:
                                  "the driver") for _ in range(ORIGIN_CONNECTIONS)]
         swarm = Swarm(ref, plan, origins, lambda drop: _peer_list(ask(drop)),
                       lambda peer: _ServerPieces(ref, plan, BlobClient(
-                          *split_endpoint(peer), secret, timeout=timeout), f"peer {peer}"),
+                          *split_endpoint(peer), secret, timeout=min(timeout, PEER_TIMEOUT)),
+                          f"peer {peer}"),
                       connections=conf.get(BLOB_PEER_CONNECTIONS),
                       attempts=conf.get(BLOB_FETCH_ATTEMPTS), timeout=timeout,
                       peers=_peer_list(first))
@@ -262,11 +266,13 @@ class _ServerPieces:
                                     f"{self.ref}: {str(reply.get('have'))[:60]!r}")
         return have
 
-    def pick(self, need: frozenset[int], into: memoryview) -> tuple[int, int]:
-        """A piece of ``need`` the blob server chooses; ``(index, length)``."""
+    def pick(self, need: frozenset[int], into: Callable[[int], memoryview]
+             ) -> tuple[int, int]:
+        """A piece of ``need`` the blob server chooses, received into ``into(index)``;
+        ``(index, length)``, ``(-1, 0)`` when the server says wait."""
         if self.client is None:
             index = random.choice(sorted(need))
-            return index, self.read(index, into)
+            return index, self.read(index, into(index))
         request = PieceRequest(self.ref.key, self.ref.scope, self.plan.size,
                                self.plan.piece_size, min(need))
         return self.client.piece(request, into, need)
@@ -288,6 +294,10 @@ class _ServerPieces:
                 break
             got += n
         return got
+
+    def abort(self) -> None:
+        if self.client is not None:
+            self.client.abort()
 
     def close(self) -> None:
         if self.client is not None:

@@ -58,6 +58,9 @@ class PieceSource(Protocol):
     def read(self, index: int, into: memoryview) -> int:
         """Reads piece ``index`` into ``into``; returns its length. Raises on any failure."""
 
+    def abort(self) -> None:
+        """Cuts a read in progress off (from another thread): it raises soon after."""
+
     def close(self) -> None: ...
 
 
@@ -71,7 +74,6 @@ class SwarmStats:
 
     from_origin: int = 0
     from_peers: int = 0
-    duplicates: int = 0
     bad_pieces: int = 0
     dropped: dict[str, str] = field(default_factory=dict)
 
@@ -104,7 +106,9 @@ class Swarm:
         self._origins_failed: dict[str, str] = {}
         self._progress = time.monotonic()
         self._stop = False
-        self._writers = 0
+        self._writers = 0  # threads receiving into the file or writing to it
+        self._receiving: dict[int, PieceSource] = {}  # piece -> the source filling it in place
+        self._view = memoryview(b"")
         self._fd = -1
         self._have_fd = -1
         self._have_offset = 0
@@ -115,25 +119,41 @@ class Swarm:
         """Writes the blob into ``tmp`` (created here), announcing verified pieces in the
         have-file beside it; returns the crc32c, size and SHA-256 of the whole."""
         have_path = tmp.parent / have_name(self.ref.key)
-        # Read back for the SHA-256, so read-write; created new, 0600, never through a link.
+        # Pieces are received straight into a shared mapping of the file (one copy of each
+        # byte, not two: with several hosts per core the second copy was a third of the CPU),
+        # and the SHA-256 follows the completed prefix from it.
         self._fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                            | os.O_CLOEXEC, 0o600)
         with os.fdopen(self._fd, "r+b", buffering=0):
-            os.ftruncate(self._fd, self.plan.size)
+            # Blocks first: a full disk is an OSError here, never a SIGBUS in a mapping.
+            os.posix_fallocate(self._fd, 0, self.plan.size)
+            self._view = memoryview(mmap.mmap(self._fd, self.plan.size))
             try:
                 self._announce(tmp, have_path)
                 return self._run()
             finally:
-                # Sources still reading finish on their own (daemon threads, bounded by the
-                # network timeout); none writes into either file once the fill is over.
-                with self._cond:
-                    self._stop = True
-                    self._cond.notify_all()
-                    while self._writers:
-                        self._cond.wait()
+                self._halt()
                 discard(have_path)
                 if self._have_fd >= 0:
                     os.close(self._have_fd)
+                # The mapping goes when the last view of it does (no thread writes any more).
+                self._view.release()
+
+    def _halt(self) -> None:
+        """Ends the fill: no piece is received into the file or announced after this returns.
+        Sources still receiving are cut off (their pieces would land in the file after it was
+        checked); the threads themselves end on their own."""
+        with self._cond:
+            self._stop = True
+            sources = list(self._receiving.values())
+            self._cond.notify_all()
+        for source in sources:
+            source.abort()
+        with self._cond:
+            while self._writers:
+                if not self._cond.wait(5.0):
+                    for source in list(self._receiving.values()):
+                        source.abort()
 
     def _announce(self, tmp: Path, have_path: Path) -> None:
         header = have_header(tmp.name, self.ref.key)
@@ -149,14 +169,7 @@ class Swarm:
         self._have_offset = len(header)
 
     def _run(self) -> Received:
-        # The SHA-256 follows the completed prefix straight from the page cache (a mapping,
-        # not a read: one copy of the blob fewer, which shows with many hosts per core).
-        with mmap.mmap(self._fd, self.plan.size, prot=mmap.PROT_READ) as mapped:
-            view = memoryview(mapped)
-            try:
-                return self._follow(view)
-            finally:
-                view.release()
+        return self._follow(self._view)
 
     def _follow(self, view: memoryview) -> Received:
         sha, crc, hashed = hashlib.sha256(), 0, 0
@@ -264,7 +277,7 @@ class Swarm:
     # -- sources ---------------------------------------------------------------------------
 
     def _origin_loop(self, origin: PieceSource) -> None:
-        buffer = memoryview(bytearray(self.plan.piece_size))
+        buffer = memoryview(bytearray(self.plan.piece_size))  # for pieces not filled in place
         pick = getattr(origin, "pick", None)
         failures = 0
         try:
@@ -276,24 +289,33 @@ class Swarm:
                         need = self._origin_need()
                     if need is None:
                         return
-                    index = None if pick is not None else self._claim(random.choice(need))
+                    index = None if pick is not None else random.choice(need)
+                    if index is not None:
+                        self._claim(index, origin)
+                placed: list[int] = []
+
+                def destination(i: int) -> memoryview:
+                    placed.append(i)
+                    return self._destination(i, origin, buffer)
                 try:
                     if index is None:
-                        # The origin picks among the needed pieces (super-seeding).
-                        picked, n = pick(frozenset(need), buffer)  # type: ignore[misc]
-                        if picked < 0:  # all on their way to other hosts: wait for peers
+                        # The origin picks among the needed pieces (super-seeding); the piece
+                        # is filled in place if nobody else took it meanwhile.
+                        index, n = pick(frozenset(need), destination)  # type: ignore[misc]
+                        if index < 0:  # all on their way to other hosts: wait for peers
                             with self._cond:
                                 self._cond.wait(POLL_SECONDS)
+                            index = None
                             continue
-                        with self._cond:
-                            index = self._claim(picked)
                     else:
-                        n = origin.read(index, buffer)
-                    self._accept(index, n, buffer)
+                        n = origin.read(index, self._destination(index, origin, buffer))
+                    self._accept(index, n, origin, buffer)
                     failures = 0
                     with self._cond:
                         self.stats.from_origin += 1
                 except (OSError, StewardError) as exc:
+                    if self._stop:
+                        return
                     failures += 1
                     log.warning("piece %s of blob %s from %s failed (%d of %d): %s", index,
                                 self.ref, origin.label, failures, self.attempts, exc)
@@ -303,31 +325,27 @@ class Swarm:
                         return
                     time.sleep(min(2.0, 0.1 * 2 ** failures))
                 finally:
-                    if index is not None:
-                        with self._cond:
-                            self._unclaim(index)
+                    for i in {*placed, *([] if index is None else [index])}:
+                        self._abandon(i, origin)
+                        self._release(i, origin)
         finally:
             origin.close()
 
     def _origin_need(self) -> list[int] | None:
-        """What an origin connection may fetch now, under the lock: missing pieces no known
-        peer holds and nobody fetches; those peers hold too when no peer is being fetched from;
-        at the end the pieces a single source is still on. None: nothing for now."""
+        """What an origin connection may fetch now, under the lock: missing pieces nobody
+        fetches that no known peer holds; those peers hold too when no peer is being fetched
+        from. None: nothing for now."""
         if self._stop or not self._left:
             return None
-        missing = [i for i in range(self.plan.count) if not self._done[i]]
-        free = [i for i in missing if i not in self._claimed]
-        if free:
-            if any(h is None for h in self._known.values()):
-                return None  # a peer holds all of it
-            held = frozenset().union(*self._known.values()) if self._known else frozenset()
-            rare = [i for i in free if i not in held]
-            return rare or (None if self._peer_threads() else free)
-        endgame = [i for i in missing if self._claimed.get(i, 0) < 2]
-        return endgame or None
+        free = [i for i in range(self.plan.count)
+                if not self._done[i] and i not in self._claimed]
+        if not free or any(h is None for h in self._known.values()):
+            return None  # all on their way, or a peer holds all of it
+        held = frozenset().union(*self._known.values()) if self._known else frozenset()
+        rare = [i for i in free if i not in held]
+        return rare or (None if self._peer_threads() else free)
 
     def _peer_loop(self, peer: str) -> None:
-        buffer = memoryview(bytearray(self.plan.piece_size))
         source: PieceSource | None = None
         useful = time.monotonic()
         try:
@@ -340,7 +358,7 @@ class Swarm:
                         return
                     index = self._choose(have)
                     if index is not None:
-                        self._claim(index)
+                        self._claim(index, source)
                 if index is None:
                     if time.monotonic() - useful > IDLE_PEER_SECONDS:
                         log.debug("peer %s had nothing this host needs of blob %s for %gs",
@@ -352,18 +370,20 @@ class Swarm:
                     have = _have_or_nothing(source)
                     continue
                 try:
-                    self._accept(index, source.read(index, buffer), buffer)
+                    n = source.read(index, self._destination(index, source, None))
+                    self._accept(index, n, source, None)
                 except BlobNotFound:  # it moved the piece's file (the fill just completed)
                     have = _have_or_nothing(source)
                     continue
                 finally:
-                    with self._cond:
-                        self._unclaim(index)
+                    self._abandon(index, source)
+                    self._release(index, source)
                 useful = time.monotonic()
                 with self._cond:
                     self.stats.from_peers += 1
         except (OSError, StewardError) as exc:
-            self._drop(peer, str(exc))
+            if not self._stop:
+                self._drop(peer, str(exc))
         finally:
             if source is not None:
                 source.close()
@@ -371,62 +391,80 @@ class Swarm:
                 self._known.pop(peer, None)
 
     def _choose(self, have: frozenset[int] | None) -> int | None:
-        """A missing piece a peer holding ``have`` (None: all) can give, under the lock: an
-        unclaimed one at random, so hosts take different pieces first; at the end a piece
-        another source is still on."""
+        """A missing piece nobody fetches that a peer holding ``have`` (None: all) can give,
+        at random, so hosts take different pieces first; under the lock."""
         if self._stop or not self._left:
             return None
-        missing = [i for i in (range(self.plan.count) if have is None else have)
-                   if not self._done[i]]
-        free = [i for i in missing if i not in self._claimed]
-        if not free:
-            free = [i for i in missing if self._claimed.get(i, 0) < 2]
-            if not free:
-                return None
-            self.stats.duplicates += 1
-        return random.choice(free)
+        free = [i for i in (range(self.plan.count) if have is None else have)
+                if not self._done[i] and i not in self._claimed]
+        return random.choice(free) if free else None
 
-    def _claim(self, index: int) -> int:
-        self._claimed[index] = self._claimed.get(index, 0) + 1
-        return index
+    def _claim(self, index: int, source: PieceSource) -> None:
+        """``source`` fills piece ``index``, alone; the caller holds the lock."""
+        self._claimed[index] = source
 
-    def _unclaim(self, index: int) -> None:
-        left = self._claimed.get(index, 0) - 1
-        if left > 0:
-            self._claimed[index] = left
-        else:
-            self._claimed.pop(index, None)
-
-    def _accept(self, index: int, n: int, buffer: memoryview) -> None:
-        """Checks piece ``index`` (``n`` bytes in ``buffer``) against the plan, then writes and
-        announces it; a bad piece raises BadPiece."""
-        offset, length = self.plan.span(index)
-        if n != length:
-            raise BadPiece(f"piece {index} has {n} bytes, expected {length}")
-        got = crc32c_update(buffer[:n], 0)
-        if got != self.plan.crcs[index]:
-            with self._cond:
-                self.stats.bad_pieces += 1
-            raise BadPiece(f"piece {index} has crc32c {got:08x}, the plan says "
-                           f"{self.plan.crcs[index]:08x}")
+    def _release(self, index: int, source: PieceSource) -> None:
         with self._cond:
-            fresh = not self._done[index] and not self._stop
-            self._writers += fresh
-        if not fresh:
-            return
+            if self._claimed.get(index) is source:
+                del self._claimed[index]
+
+    def _destination(self, index: int, source: PieceSource,
+                     spare: memoryview | None) -> memoryview:
+        """Where ``source`` receives piece ``index``: its place in the file when the piece is
+        missing and ``source`` holds it alone (claiming it if it is free), else ``spare``
+        (a piece picked by the origin that a peer took meanwhile: received and dropped)."""
+        offset, length = self.plan.span(index)
+        with self._cond:
+            owner = self._claimed.setdefault(index, source)
+            if owner is source and not self._done[index] and not self._stop:
+                self._writers += 1
+                self._receiving[index] = source
+                return self._view[offset:offset + length]
+        if spare is None:
+            raise SwarmFailed("fill ended")
+        return spare
+
+    def _accept(self, index: int, n: int, source: PieceSource,
+                spare: memoryview | None) -> None:
+        """Checks piece ``index`` (``n`` bytes, in place or in ``spare``) against the plan and
+        announces it; a bad piece raises BadPiece (its bytes in the file are not announced and
+        are overwritten by the next source)."""
+        with self._cond:
+            in_place = self._receiving.get(index) is source
         try:
-            written = 0
-            while written < n:
-                written += os.pwrite(self._fd, buffer[written:n], offset + written)
+            offset, length = self.plan.span(index)
+            if n != length:
+                raise BadPiece(f"piece {index} has {n} bytes, expected {length}")
+            if not in_place:
+                return  # another source fills it
+            got = crc32c_update(self._view[offset:offset + length], 0)
+            if got != self.plan.crcs[index]:
+                with self._cond:
+                    self.stats.bad_pieces += 1
+                raise BadPiece(f"piece {index} has crc32c {got:08x}, the plan says "
+                               f"{self.plan.crcs[index]:08x}")
             os.pwrite(self._have_fd, b"1", self._have_offset + index)
-        finally:
             with self._cond:
-                self._writers -= 1
                 if not self._done[index]:
                     self._done[index] = 1
                     self._left -= 1
                     self._progress = time.monotonic()
-                self._cond.notify_all()
+        finally:
+            if in_place:
+                self._end_write(index)
+
+    def _abandon(self, index: int, source: PieceSource) -> None:
+        """A receive in place by ``source`` that ended without :meth:`_accept` (an error)."""
+        with self._cond:
+            if self._receiving.get(index) is not source:
+                return
+        self._end_write(index)
+
+    def _end_write(self, index: int) -> None:
+        with self._cond:
+            self._receiving.pop(index, None)
+            self._writers -= 1
+            self._cond.notify_all()
 
     def _drop(self, peer: str, why: str) -> None:
         log.warning("peer %s dropped for blob %s: %s; its pieces come from elsewhere", peer,
