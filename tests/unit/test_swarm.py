@@ -260,3 +260,16 @@ def test_the_origin_hands_out_every_piece_once_before_any_twice() -> None:
     assert d.pick(entry, frozenset({3, 9}), now=REPEAT_AFTER) in (3, 9)
     d.forget("_app")
     assert d.pick(entry, frozenset({7}), now=REPEAT_AFTER) == 7
+
+
+def test_a_peer_that_claims_everything_but_drips_does_not_stall_the_fill(tmp_path: Path
+                                                                        ) -> None:
+    """A peer saying it holds all pieces keeps the origin off them only while pieces arrive:
+    a slow (or lying) one cannot hold the fill at its pace."""
+    slow = Source("slow", hook=lambda i: time.sleep(3))
+    origin = Source("origin")
+    started = time.monotonic()
+    s = swarm(origin, {"10.0.0.9:1": slow})
+    assert s.fill(tmp_of(tmp_path)).sha256 == REF.key.digest
+    assert time.monotonic() - started < 5
+    assert s.stats.from_origin >= PLAN.count - 1

@@ -8,15 +8,18 @@ verified, and a host serves pieces of a blob while it is still filling it (the h
 depth of the pipeline.
 
 Trust: the piece plan comes from the driver over the authenticated connection; every piece,
-from any source, is checked against its crc32c before it is written, announced or served on; a
-peer that sends a wrong, short or oversized piece, or that fails mid-transfer, is dropped for this
-blob and its piece fetched elsewhere; the finished file is still checked against the blob's key
-(SHA-256) by the cache before it takes its name. The SHA-256 is computed here while pieces
-arrive, over the longest completed prefix, so the check costs no pass of its own.
+from any source, is checked against its crc32c before it is announced, served on or hashed (it is
+received in place, so a bad one's bytes sit unannounced in the file until another source
+overwrites them); a peer that sends a wrong, short or oversized piece, or that fails
+mid-transfer, is dropped for this blob and its piece fetched elsewhere; the finished file is
+still checked against the blob's key (SHA-256) by the cache before it takes its name. The
+SHA-256 is computed here while pieces arrive, over the longest completed prefix, so the check
+costs no pass of its own.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import logging
@@ -45,6 +48,8 @@ REFRESH_SECONDS = 0.5
 POLL_SECONDS = 0.05
 #: Seconds a peer may have nothing this host needs before its connection is given up.
 IDLE_PEER_SECONDS = 10.0
+#: Seconds without a new piece after which the origin also sends pieces peers hold.
+STALL_SECONDS = 1.0
 
 
 class PieceSource(Protocol):
@@ -97,7 +102,7 @@ class Swarm:
         self._cond = threading.Condition()
         self._done = bytearray(plan.count)
         self._left = plan.count
-        self._claimed: dict[int, int] = {}
+        self._claimed: dict[int, PieceSource] = {}  # piece -> the one source fetching it
         self._known: dict[str, frozenset[int] | None] = {}
         self._active: dict[str, threading.Thread] = {}
         self._to_report: list[str] = []
@@ -126,7 +131,12 @@ class Swarm:
                            | os.O_CLOEXEC, 0o600)
         with os.fdopen(self._fd, "r+b", buffering=0):
             # Blocks first: a full disk is an OSError here, never a SIGBUS in a mapping.
-            os.posix_fallocate(self._fd, 0, self.plan.size)
+            try:
+                os.posix_fallocate(self._fd, 0, self.plan.size)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                os.ftruncate(self._fd, self.plan.size)  # a file system without fallocate
             self._view = memoryview(mmap.mmap(self._fd, self.plan.size))
             try:
                 self._announce(tmp, have_path)
@@ -333,17 +343,26 @@ class Swarm:
 
     def _origin_need(self) -> list[int] | None:
         """What an origin connection may fetch now, under the lock: missing pieces nobody
-        fetches that no known peer holds; those peers hold too when no peer is being fetched
-        from. None: nothing for now."""
+        fetches that no known peer holds; those peers hold too when every peer connection is
+        busy or no piece arrived for ``STALL_SECONDS``. None: nothing for now."""
         if self._stop or not self._left:
             return None
         free = [i for i in range(self.plan.count)
                 if not self._done[i] and i not in self._claimed]
-        if not free or any(h is None for h in self._known.values()):
-            return None  # all on their way, or a peer holds all of it
-        held = frozenset().union(*self._known.values()) if self._known else frozenset()
+        if not free:
+            return None  # all on their way
+        held = (frozenset(range(self.plan.count)) if any(h is None for h in self._known.values())
+                else frozenset().union(*self._known.values()) if self._known else frozenset())
         rare = [i for i in free if i not in held]
-        return rare or (None if self._peer_threads() else free)
+        if rare:
+            return rare
+        # Pieces peers hold are theirs to give while one of their connections is free; when
+        # all are busy (or slow, or claim what they do not send: the fill stalls), the origin
+        # takes some too. The driver as origin still sends a piece again only after a while.
+        busy = sum(1 for source in self._claimed.values() if source not in self.origins)
+        if busy >= self._peer_threads() or time.monotonic() - self._progress > STALL_SECONDS:
+            return free
+        return None
 
     def _peer_loop(self, peer: str) -> None:
         source: PieceSource | None = None
