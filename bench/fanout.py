@@ -33,9 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,6 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cluster import rotate, steward_flags, variant_copy, write_random  # noqa: E402 (bench/)
 from tests.cluster.harness import Cluster, Link  # noqa: E402
 
 JOB = Path(__file__).with_name("fanout_job.py")
@@ -54,34 +53,6 @@ BASE_CONF = ("spark.executor.cores=1", "spark.executor.memory=2g", "spark.driver
 VARIANT_CONF = {"peer": ("spark.steward.blob.peer.enabled=true",),
                 "server": ("spark.steward.blob.peer.enabled=false",)}
 DRIVER_DIR = "/tmp/bench-fanout"  # on the driver host
-
-
-def steward_flags(storage: str, *extra: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "conf", "--storage",
-                          storage], check=True, capture_output=True, text=True).stdout.split()
-    for item in extra:
-        out += ["--conf", item]
-    return out
-
-
-def rotate(items: tuple[str, ...], round_no: int) -> list[str]:
-    return [items[(i + round_no) % len(items)] for i in range(len(items))]
-
-
-def write_random(path: Path, size: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        left = size
-        while left:
-            n = min(16 << 20, left)
-            f.write(os.urandom(n))
-            left -= n
-
-
-def variant_copy(src: Path, dest: Path, marker: bytes) -> None:
-    shutil.copyfile(src, dest)
-    with open(dest, "r+b") as f:
-        f.write(marker)
 
 
 class Bench:

@@ -24,22 +24,19 @@ import sys
 import time
 from typing import Any, Callable
 
+from pyspark import cloudpickle
+
+import blobs as blobs_bench  # bench/blobs.py (this script's folder is on the driver's path)
+from blobs import read_all  # the same read as every other shipping benchmark
+
+# Executors cannot import bench/: its functions travel by value, like this script's.
+cloudpickle.register_pickle_by_value(blobs_bench)
+
 VARIANTS = ("peer", "server", "addfile", "broadcast")
-BUF = 4 << 20  # the reusable read buffer of every file-reading task
 
 Row = tuple[Any, ...]
 """What a task returns: its host, the bytes it read, its seconds (and, with peer fetch on, where
 its pieces came from)."""
-
-
-def read_all(path: str) -> int:
-    """Reads ``path`` whole through one reusable buffer; returns the bytes read."""
-    buf = bytearray(BUF)
-    total = 0
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            total += n
-    return total
 
 
 def timed(fn: Callable[[], int]) -> Row:

@@ -147,18 +147,10 @@ class BlobClient:
             into = into(index) if callable(into) else into  # where the picked piece goes
             if length > len(into):
                 raise ValueError(f"{what} has {length} bytes, the buffer {len(into)}")
-            got = 0
             with _bulk_receive(sock, self._timeout) as flags:
-                while got < length:
-                    try:
-                        k = sock.recv_into(into[got:length], length - got, flags)
-                    except BlockingIOError:  # SO_RCVTIMEO expired
-                        raise TimeoutError(f"no data for {self._timeout}s") from None
-                    if not k:
-                        raise BlobProtocolError(f"truncated {what} from {self.address}: the "
-                                                f"connection closed after {got} of {length} "
-                                                "bytes")
-                    got += k
+                _receive_exactly(sock, into[:length], flags, self._timeout,
+                                 lambda got: f"truncated {what} from {self.address}: the "
+                                             f"connection closed after {got} of {length} bytes")
             self._in_step = True
         return index, length
 
@@ -345,17 +337,10 @@ class BlobClient:
         with _bulk_receive(sock, self._timeout) as flags:
             while done < size:
                 want = min(size - done, chunk)
-                got = 0
-                while got < want:
-                    try:
-                        k = sock.recv_into(view[got:want], want - got, flags)
-                    except BlockingIOError:  # SO_RCVTIMEO expired
-                        raise TimeoutError(f"no data for {self._timeout}s") from None
-                    if not k:
-                        raise BlobProtocolError(f"truncated blob {key} from {self.address}: "
-                                                f"the connection closed after {done + got} of "
-                                                f"{size} bytes")
-                    got += k
+                _receive_exactly(sock, view[:want], flags, self._timeout,
+                                 lambda got: f"truncated blob {key} from {self.address}: the "
+                                             f"connection closed after {done + got} of {size} "
+                                             "bytes")
                 part = view[:want]
                 value = crc32c_update(part, value)
                 sha.update(part)
@@ -367,6 +352,20 @@ class BlobClient:
                     raise _OutputFailed(e) from e
                 done += want
         return Received(int(value), size, sha.hexdigest())
+
+
+def _receive_exactly(sock: socket.socket, into: memoryview, flags: int, timeout: float,
+                     truncated: Callable[[int], str]) -> None:
+    """Fills ``into`` from ``sock``; BlobProtocolError(``truncated(bytes got)``) at EOF."""
+    got, want = 0, len(into)
+    while got < want:
+        try:
+            k = sock.recv_into(into[got:], want - got, flags)
+        except BlockingIOError:  # SO_RCVTIMEO expired
+            raise TimeoutError(f"no data for {timeout}s") from None
+        if not k:
+            raise BlobProtocolError(truncated(got))
+        got += k
 
 
 def _splice_body(sock: socket.socket, key: BlobKey, size: int, out: BinaryIO, timeout: float,

@@ -42,8 +42,13 @@ from spark_steward.private import open_new
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two asks of the driver for the blob's other holders.
+#: Seconds between the first two asks of the driver for the blob's other holders; the pause
+#: grows to MAX_REFRESH_SECONDS.
 REFRESH_SECONDS = 0.5
+MAX_REFRESH_SECONDS = 5.0
+#: Seconds (jittered) an origin connection waits when the driver says all needed pieces are on
+#: their way to other hosts.
+ORIGIN_WAIT_SECONDS = 0.25
 #: Seconds a peer thread waits before asking a peer that had nothing new again.
 POLL_SECONDS = 0.05
 #: Seconds a peer may have nothing this host needs before its connection is given up.
@@ -187,7 +192,8 @@ class Swarm:
             self._start_candidates()
             for n, origin in enumerate(self.origins):
                 self._start(f"origin-{n}", functools.partial(self._origin_loop, origin))
-        next_refresh = time.monotonic() + REFRESH_SECONDS
+        refresh = REFRESH_SECONDS
+        next_refresh = time.monotonic() + refresh
         while True:
             with self._cond:
                 ready = self._prefix_done(hashed)
@@ -209,7 +215,10 @@ class Swarm:
                 raise SwarmFailed(f"blob {self.ref} could not be fetched from peers: {failure}")
             now = time.monotonic()
             if now >= next_refresh:
-                next_refresh = now + REFRESH_SECONDS
+                # Soon at first (holders join as the fill starts), then less often: every
+                # host of a large cluster asks the one driver.
+                refresh = min(refresh * 1.5, MAX_REFRESH_SECONDS)
+                next_refresh = now + refresh * (0.75 + random.random() / 2)
                 self._refresh()
 
     def _prefix_done(self, start: int) -> int:
@@ -313,8 +322,8 @@ class Swarm:
                         # is filled in place if nobody else took it meanwhile.
                         index, n = pick(frozenset(need), destination)  # type: ignore[misc]
                         if index < 0:  # all on their way to other hosts: wait for peers
-                            with self._cond:
-                                self._cond.wait(POLL_SECONDS)
+                            with self._cond:  # (a while: a thousand hosts ask the one driver)
+                                self._cond.wait(ORIGIN_WAIT_SECONDS * (0.5 + random.random()))
                             index = None
                             continue
                     else:
@@ -351,8 +360,9 @@ class Swarm:
                 if not self._done[i] and i not in self._claimed]
         if not free:
             return None  # all on their way
-        held = (frozenset(range(self.plan.count)) if any(h is None for h in self._known.values())
-                else frozenset().union(*self._known.values()) if self._known else frozenset())
+        held: set[int] = set()
+        for have in self._known.values():
+            held.update(range(self.plan.count) if have is None else have)
         rare = [i for i in free if i not in held]
         if rare:
             return rare
