@@ -126,9 +126,11 @@ class ExecutorBlobs:
                 return self._connection().call("swarm", key=ref.key.digest, scope=ref.scope,
                                                serve=own, drop=drop, want=want)
 
+        # The key first: once the driver lists this host, other hosts' fetchers may dial its
+        # JVMs, which refuse them until the key is there (and they would drop this host).
+        secret = self._peer_secret()
         first = ask([])
         plan = PiecePlan.from_wire(first.get("plan"), ref.size)
-        secret = self._peer_secret()
         # The origin serves the pieces no peer has: the HA store when there is one (the
         # driver's link stays free, as without peers), else the driver's blob server, which
         # picks the pieces. Two connections, so one's request gap is the other's transfer.
