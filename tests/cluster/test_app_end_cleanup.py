@@ -97,7 +97,10 @@ def folder_on(cluster: Cluster, host: str, facts: dict[str, Any]) -> Path:
 
 
 def listing(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+    """The folder's content, less the executors' peer endpoints (``peers/<executor>.json``):
+    each JVM's own registration, which comes and goes with it."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if not (p.parent.name == "peers" and p.suffix == ".json"))
 
 
 def stored_keys(folder: Path) -> set[str]:

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.cluster
 
 NAME = "capabilities"
 VICTIM = "w2"  # its executor JVM is SIGKILLed while the application pauses
-TRANSFERS = ("ha", "server", "linked", "streamed")
+TRANSFERS = ("ha", "server", "linked", "peers", "streamed")
 
 
 def _transfers(delta: dict[str, int], kinds: tuple[str, ...] = TRANSFERS) -> int:

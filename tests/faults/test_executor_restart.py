@@ -26,7 +26,7 @@ from tests.spark.conftest import executor_pids, wait_for_executors
 
 pytestmark = pytest.mark.spark
 
-TRANSFERS = ("server", "ha", "linked", "streamed")
+TRANSFERS = ("server", "ha", "linked", "peers", "streamed")
 
 
 def _executor_jvm() -> int:

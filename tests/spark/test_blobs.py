@@ -65,7 +65,7 @@ def _transfers(rows: list[tuple[int, int, int, dict[str, int]]]) -> Counter[str]
     """Transfers per source over all tasks (each row holds its task's own delta)."""
     total: Counter[str] = Counter()
     for _, _, _, delta in rows:
-        total.update({k: v for k, v in delta.items() if k in ("ha", "server", "linked")})
+        total.update({k: v for k, v in delta.items() if k in ("ha", "server", "linked", "peers")})
     return total
 
 

@@ -107,7 +107,7 @@ def test_sink_reports_blobs_tables_and_checkpoints(observed: dict[str, Any]) -> 
     assert max(levels("checkpoints.pending")) <= 1
     # Totals: the executors' copies of the blob came from somewhere; the table's first query
     # materialized it, the second read its files; nothing fell back, dropped or was given up.
-    assert sum(total(f"blobs.transfers.{s}") for s in ("server", "ha", "linked")) >= 1
+    assert sum(total(f"blobs.transfers.{s}") for s in ("server", "ha", "linked", "peers")) >= 1
     assert total("tables.misses") >= 1 and total("tables.hits") >= 1
     assert total("tables.fallbacks") == 0
     assert total("events.dropped") == 0

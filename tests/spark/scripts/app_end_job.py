@@ -58,7 +58,12 @@ def registered_executors(sc):
 
 
 def listing(folder):
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else None
+    """The folder's content, less the executors' peer endpoints (``peers/<executor>.json``):
+    each JVM's own registration, which comes and goes with it."""
+    if not folder.exists():
+        return None
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if not (p.parent.name == "peers" and p.suffix == ".json"))
 
 
 def main():
