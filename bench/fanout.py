@@ -22,10 +22,12 @@ dir. Variants run in an order rotated per round. Reported: per variant and host 
 total seconds (set-up included) with min..max over rounds, and the medians of the per-round
 ratios peer N/1 and server N/1 hosts, peer/server, peer/addfile and peer/broadcast.
 ``--json FILE`` gets ``{"variant": {"hosts": median seconds}}``; every sample (set-up, job, per
-task seconds and hosts) goes to ``FILE.samples.json``.
+task seconds, hosts and, with peer fetch, where each host's pieces came from; the timed window on
+the system's monotonic clock, for a CPU profile of just that) goes to ``FILE.samples.json``.
 
     python bench/fanout.py --hosts 1,3,6 --json FILE [--rounds 3] [--size-mib 256]
                            [--rate-mbit 1000] [--variants peer,server,addfile,broadcast]
+                           [--settle SECONDS]
 """
 
 from __future__ import annotations
