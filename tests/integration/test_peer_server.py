@@ -27,7 +27,8 @@ from typing import Any, Iterator
 import pytest
 
 import spark_steward
-from spark_steward.blob.protocol import auth_proof, encode_frame, exact_reader, read_frame
+from spark_steward.blob.protocol import auth_proof, encode_frame
+from tests.faults.blob_wire import RawConnection
 
 SECRET = "5e" * 32
 SCOPE = "_app"
@@ -129,28 +130,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 # -- a hand-driven client ----------------------------------------------------------------------
 
-class Client:
-    """One connection; ``hello`` is the server's first frame."""
+class Client(RawConnection):
+    """One connection, not yet authenticated; ``hello`` is the server's first frame."""
 
     def __init__(self, port: int, source: str = "127.0.0.1") -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10,
-                                             source_address=(source, 0))
+        super().__init__(("127.0.0.1", port), SECRET, source=source, authenticate=False)
+        self.sock.settimeout(10)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._recv = exact_reader(self.sock.recv_into)
-        self.hello = self.read()
-
-    def read(self) -> dict[str, Any]:
-        return read_frame(self._recv, 1 << 20)
-
-    def read_bytes(self, n: int) -> bytes:
-        return self._recv(n)
 
     def send(self, obj: dict[str, Any]) -> None:
         self.sock.sendall(encode_frame(obj))
-
-    def request(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.send(obj)
-        return self.read()
 
     def prove(self, secret: str = SECRET) -> dict[str, Any]:
         return self.request({"auth": auth_proof(secret, self.hello["nonce"])})
@@ -158,17 +147,7 @@ class Client:
     def closed_by_server(self, within: float = 5.0) -> bool:
         """Whether the server ends the stream within ``within`` seconds."""
         self.sock.settimeout(within)
-        try:
-            while self.sock.recv(65536):
-                pass
-            return True
-        except ConnectionResetError:
-            return True
-        except TimeoutError:
-            return False
-
-    def close(self) -> None:
-        self.sock.close()
+        return super().closed_by_server()
 
     def __enter__(self) -> "Client":
         return self

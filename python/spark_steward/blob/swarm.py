@@ -145,7 +145,7 @@ class Swarm:
             self._view = memoryview(mmap.mmap(self._fd, self.plan.size))
             try:
                 self._announce(tmp, have_path)
-                return self._run()
+                return self._follow()
             finally:
                 self._halt()
                 discard(have_path)
@@ -183,10 +183,9 @@ class Swarm:
         self._have_fd = os.open(have_path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         self._have_offset = len(header)
 
-    def _run(self) -> Received:
-        return self._follow(self._view)
-
-    def _follow(self, view: memoryview) -> Received:
+    def _follow(self) -> Received:
+        """Runs the sources and hashes the completed prefix until the blob is whole."""
+        view = self._view
         sha, crc, hashed = hashlib.sha256(), 0, 0
         with self._cond:
             self._start_candidates()
