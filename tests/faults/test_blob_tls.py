@@ -10,6 +10,7 @@ import hashlib
 import io
 import os
 import socket
+import stat
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -166,6 +167,36 @@ def test_a_client_that_never_starts_tls_is_dropped_after_the_handshake_timeout(
             assert _fetch(good) == DATA
         assert idle.recv(1) == b""  # closed by the server, well before the transfer timeout
         idle.close()
+    finally:
+        server.close()
+
+
+def test_a_failed_tls_handshake_keeps_its_fd_until_the_connection_is_unregistered(
+        blob_file: Path, identity: tls.ServerIdentity, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close() shuts down every registered connection's fd by number; a handshake failure
+    that closed the fd while still registered let it hit a stale (or reused) fd (CI run of
+    issue 23). Checked in the window between the failure and the unregistration."""
+    server = _server(blob_file, identity, handshake_timeout=0.3)
+    seen: list[bool] = []
+    count = server._count
+
+    def check_fds(name: str, n: int = 1) -> None:
+        if name == "auth_failures":
+            with server._lock:
+                for conn in server._live:
+                    try:
+                        seen.append(stat.S_ISSOCK(os.fstat(conn.fileno).st_mode))
+                    except OSError:
+                        seen.append(False)
+        count(name, n)
+
+    monkeypatch.setattr(server, "_count", check_fds)
+    address = server.start()
+    try:
+        with socket.create_connection(address) as idle:
+            idle.settimeout(5)
+            assert idle.recv(1) == b""  # the handshake timed out and the server hung up
+        assert seen == [True]
     finally:
         server.close()
 

@@ -446,7 +446,12 @@ class BlobServer:
         deadline); False when the peer does not complete a TLS handshake."""
         try:
             conn.sock.settimeout(self._handshake_timeout)
-            conn.sock = self._tls.wrap_socket(conn.sock, server_side=True)  # type: ignore[union-attr]
+            # The handshake runs apart from the wrap: a handshake that fails inside
+            # wrap_socket closes the fd there, while the connection is still registered, and
+            # close() could then shut down whatever socket reuses that fd number.
+            conn.sock = self._tls.wrap_socket(  # type: ignore[union-attr]
+                conn.sock, server_side=True, do_handshake_on_connect=False)
+            conn.sock.do_handshake()  # type: ignore[attr-defined]
             return True
         except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
             if not conn.dropped:
