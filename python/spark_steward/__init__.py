@@ -23,11 +23,12 @@ if TYPE_CHECKING:
     from spark_steward.kernel.runtime import DriverRuntime
 
 __all__ = ["__version__", "attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path",
-           "blobs", "local", "scope", "checkpoints", "cache", "close"]
+           "blobs", "local", "streams", "scope", "checkpoints", "cache", "close"]
 
 #: Public modules reached as attributes, imported on first use: a plain job that only imports
 #: spark_steward never pays for them (``spark_steward.blobs.put``, ``spark_steward.local.state``).
-_LAZY_MODULES = {"blobs": "spark_steward.blob.api", "local": "spark_steward.local"}
+_LAZY_MODULES = {"blobs": "spark_steward.blob.api", "local": "spark_steward.local",
+                 "streams": "spark_steward.streams"}
 
 
 def __getattr__(name: str) -> "ModuleType":

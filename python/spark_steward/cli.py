@@ -23,6 +23,7 @@ from spark_steward.errors import StewardError
 if TYPE_CHECKING:
     from spark_steward.applications import ApplicationRegistry
     from spark_steward.gc import GcReport, Progress
+    from spark_steward.streams.store import StreamStore
 
 
 def _jar() -> str:
@@ -266,6 +267,70 @@ def cmd_checkpoints_ls(args: argparse.Namespace) -> int:
             print(f"series {space.series}: {_plural(space.files, 'physical file')}, "
                   f"{_size(space.physical_bytes)} for {_size(space.live_bytes)} live, space "
                   f"amplification {_ratio(space.amplification)}")
+    return 0
+
+
+def _stream_store(args: argparse.Namespace) -> "StreamStore":
+    from spark_steward.config import (STREAMS_ABANDONED_AFTER, STREAMS_DROP_GRACE,
+                                      STREAMS_TEMP_HORIZON)
+    from spark_steward.streams.store import StreamStore
+
+    registry = open_registry(args)
+    grace = getattr(args, "drop_grace", None)
+    return StreamStore(registry, abandoned_after=STREAMS_ABANDONED_AFTER.default,
+                       drop_grace=STREAMS_DROP_GRACE.parse(grace) if grace
+                       else STREAMS_DROP_GRACE.default,
+                       temp_horizon=STREAMS_TEMP_HORIZON.default,
+                       options=storage_options(args.option))
+
+
+def cmd_streams_ls(args: argparse.Namespace) -> int:
+    store = _stream_store(args)
+    statuses = store.statuses(survey=args.du)
+    if args.json:
+        print(json.dumps({"storage": store.apps.storage.url,
+                          "streams": [s.to_json() for s in statuses]}, indent=2))
+        return 0
+    if not statuses:
+        print(f"no streaming checkpoint locations recorded in {store.apps.storage.url}")
+        return 0
+    now = time.time()
+    name_w = max(4, *(len(s.record.name or "-") for s in statuses))
+    if args.du:
+        print(f"{'NAME':<{name_w}}  {'STATE':<9}  {'FILES':>7}  {'SIZE':>10}  {'PENDING':>7}  "
+              f"{'TEMP':>5}  LOCATION")
+    else:
+        print(f"{'NAME':<{name_w}}  {'STATE':<9}  {'LAST ACTIVE':<12}  APPLICATION  LOCATION")
+    for s in statuses:
+        r = s.record
+        if args.du:
+            if s.survey is None:
+                print(f"{r.name or '-':<{name_w}}  {s.state.value:<9}  {'?':>7}  {'?':>10}  "
+                      f"{'?':>7}  {'?':>5}  {r.location}  ({s.problem})")
+                continue
+            print(f"{r.name or '-':<{name_w}}  {s.state.value:<9}  {s.survey.files:>7}  "
+                  f"{_size(s.survey.bytes):>10}  {s.survey.intents:>7}  "
+                  f"{len(s.survey.temps):>5}  {r.location}")
+        else:
+            print(f"{r.name or '-':<{name_w}}  {s.state.value:<9}  "
+                  f"{_ago(now - r.last_active()):<12}  {r.app_id} ({s.liveness})  {r.location}")
+    if args.du:
+        known = [s.survey for s in statuses if s.survey is not None]
+        print(f"total: {_plural(len(statuses), 'location')}, "
+              f"{_plural(sum(k.files for k in known), 'file')}, "
+              f"{_size(sum(k.bytes for k in known))}, "
+              f"{_plural(sum(k.intents for k in known), 'delete')} pending")
+    return 0
+
+
+def cmd_streams_drop(args: argparse.Namespace) -> int:
+    result = _stream_store(args).drop(args.target)
+    if args.json:
+        print(json.dumps({"query_id": result.query_id, "location": result.location,
+                          "files": result.files, "bytes": result.bytes}, indent=2))
+    else:
+        print(f"dropped {result.location}: {_plural(result.files, 'file')}, "
+              f"{_size(result.bytes)}")
     return 0
 
 
@@ -637,6 +702,24 @@ def build_parser() -> argparse.ArgumentParser:
         "du", help="bytes per state and per application, live vs dead, orphaned bytes")
     _storage_arguments(tdu)
     tdu.set_defaults(run=cmd_cache_du)
+
+    streams = sub.add_parser("streams", help="streaming checkpoint locations in a storage dir")
+    streams_sub = streams.add_subparsers(dest="streams_command", required=True)
+    sls = streams_sub.add_parser(
+        "ls", help="one line per location: name, state, last activity, application, location")
+    _storage_arguments(sls)
+    sls.set_defaults(run=cmd_streams_ls, du=False)
+    sdu = streams_sub.add_parser(
+        "du", help="one line per location: files, bytes, deletes pending, sweepable temp files "
+                   "(lists every location)")
+    _storage_arguments(sdu)
+    sdu.set_defaults(run=cmd_streams_ls, du=True)
+    sdrop = streams_sub.add_parser(
+        "drop", help="remove a location no run of its query holds, idle for the drop grace")
+    _storage_arguments(sdrop)
+    sdrop.add_argument("target", help="the query's name, id or location")
+    sdrop.add_argument("--drop-grace", help="override spark.steward.streams.drop-grace")
+    sdrop.set_defaults(run=cmd_streams_drop)
 
     sub.add_parser("version", help="print the version").set_defaults(run=cmd_version)
     return parser

@@ -357,6 +357,29 @@ CACHE_SHARED_RETENTION = _key(
     "A shared cached table no running application uses any more is kept this long for the "
     "next application computing the same plan, then deleted by the next attach or "
     "`spark-steward gc` (staged cleanup; `0`: deleted when its last user stops).", minimum=0)
+STREAMS_ENABLED = _key(
+    "spark.steward.streams.enabled", BOOL, "true",
+    "Owns the checkpoint locations of Structured Streaming queries in sessions with "
+    "spark-steward on: each is recorded at start (`spark-steward streams ls`), deletes Spark asks "
+    "for that fail are retried until done, temp files of killed writers are swept, and "
+    "`streams.drop` removes a location safely. Settable per session (takes effect for queries "
+    "started afterwards).")
+STREAMS_ABANDONED_AFTER = _key(
+    "spark.steward.streams.abandoned-after", DURATION, "7d",
+    "A stopped query's location not run for this long is listed as `abandoned` (only listed: "
+    "it is removed by `streams drop`, never on its own).", minimum=0)
+STREAMS_DROP_GRACE = _key(
+    "spark.steward.streams.drop-grace", DURATION, "10min",
+    "A location is dropped only after neither its record nor any of its files changed for this "
+    "long (a run of an application without spark-steward still writes files).", minimum=0)
+STREAMS_TEMP_HORIZON = _key(
+    "spark.steward.streams.temp-horizon", DURATION, "1h",
+    "Temp files of Spark's atomic writes (`.<name>.<uuid>.tmp`) are swept once no run of their "
+    "query is active, or while one runs once they are this old.", minimum=0)
+STREAMS_SWEEP_INTERVAL = _key(
+    "spark.steward.streams.sweep-interval", DURATION, "1min",
+    "How often the driver retries the recorded failed deletes of running queries' locations "
+    "(and always at a query's end, at attach and in `spark-steward gc`).", minimum=0.01)
 CLEANUP_STRATEGY = _key(
     "spark.steward.cleanup-strategy", STRING, "exponential-delay",
     "How failed cleanups (checkpoint discards) are retried, as Flink's `cleanup-strategy`: "

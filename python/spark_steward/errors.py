@@ -115,3 +115,11 @@ class LocalStateError(StewardError):
 
 class LocalSpaceFull(LocalStateError):
     """spark.steward.local.max-bytes leaves no room even after evicting every unused entry."""
+
+
+class StreamError(StewardError):
+    """A streaming checkpoint location cannot be found, read or dropped as asked."""
+
+
+class StreamActive(StreamError):
+    """A drop was refused: a run of the query may still be active, or it was active too recently."""

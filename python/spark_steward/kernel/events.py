@@ -117,8 +117,54 @@ class RddCleaned:
     rdd_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class StreamLocation:
+    """The driver opened the ``offsets`` log of a streaming query's checkpoint ``location``
+    (qualified); ``query_id`` from its ``metadata`` file, None when that was not written yet.
+    Sent by the shim's checkpoint file manager (StreamFiles), once per location and JVM."""
+
+    seq: int
+    time: int
+    location: str
+    query_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStarted:
+    """A streaming query run started (Spark's QueryStartedEvent)."""
+
+    seq: int
+    time: int
+    query_id: str
+    run_id: str
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamProgress:
+    """A streaming query run reported progress (one per micro-batch, or idle every ~10 s)."""
+
+    seq: int
+    time: int
+    query_id: str
+    run_id: str
+    batch_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTerminated:
+    """A streaming query run ended; ``exception`` says why when it failed."""
+
+    seq: int
+    time: int
+    query_id: str
+    run_id: str
+    exception: str | None
+
+
 SparkEvent = Union[JobStart, JobEnd, TaskStart, TaskEnd, ExecutorAdded, ExecutorRemoved,
-                   ApplicationEnd, CheckpointCleaned, RddCleaned]
+                   ApplicationEnd, CheckpointCleaned, RddCleaned, StreamLocation, StreamStarted,
+                   StreamProgress, StreamTerminated]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +218,22 @@ def _rdd_cleaned(r: list[Any]) -> RddCleaned:
     return RddCleaned(r[0], r[2], int(r[3]))
 
 
+def _stream_location(r: list[Any]) -> StreamLocation:
+    return StreamLocation(r[0], r[2], r[3], r[4])
+
+
+def _stream_started(r: list[Any]) -> StreamStarted:
+    return StreamStarted(r[0], r[2], r[3], r[4], r[5])
+
+
+def _stream_progress(r: list[Any]) -> StreamProgress:
+    return StreamProgress(r[0], r[2], r[3], r[4], int(r[5]))
+
+
+def _stream_terminated(r: list[Any]) -> StreamTerminated:
+    return StreamTerminated(r[0], r[2], r[3], r[4], r[5])
+
+
 _DECODERS: dict[str, Callable[[list[Any]], SparkEvent]] = {
     "job_start": _job_start,
     "job_end": _job_end,
@@ -182,6 +244,10 @@ _DECODERS: dict[str, Callable[[list[Any]], SparkEvent]] = {
     "application_end": _application_end,
     "checkpoint_cleaned": _checkpoint_cleaned,
     "rdd_cleaned": _rdd_cleaned,
+    "stream_location": _stream_location,
+    "stream_started": _stream_started,
+    "stream_progress": _stream_progress,
+    "stream_terminated": _stream_terminated,
 }
 
 

@@ -51,7 +51,7 @@ def register_service(name: str, factory: ServiceFactory) -> None:
 
 #: The capabilities spark-steward itself declares: attach refuses to run without them (their
 #: absence means the package metadata is stale or missing, not a choice).
-BUILT_IN = ("local", "blobs", "checkpoints", "tables")
+BUILT_IN = ("local", "blobs", "checkpoints", "tables", "streams")
 #: The distribution that declares them.
 DISTRIBUTION = "spark-steward"
 

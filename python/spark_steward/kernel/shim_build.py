@@ -80,12 +80,30 @@ def _tool(name: str) -> str:
     return path
 
 
+def stubs_dir(src_dir: Path) -> Path:
+    """Compile-time stand-ins for Spark classes that exist on some lines only
+    (``jvm-shim/src/stubs/java`` beside ``src/main/java``): on javac's classpath, never in the jar."""
+    return src_dir.parent.parent / "stubs" / "java"
+
+
 def source_digest(src_dir: Path) -> str:
     digest = hashlib.sha256()
-    for path in sorted(src_dir.rglob("*.java")):
-        digest.update(path.relative_to(src_dir).as_posix().encode())
-        digest.update(path.read_bytes())
+    for base in (src_dir, stubs_dir(src_dir)):
+        for path in sorted(base.rglob("*.java")):
+            digest.update(path.relative_to(base).as_posix().encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _compile_stubs(src_dir: Path, classpath: str, javac: str, out: str) -> None:
+    stubs = sorted(str(p) for p in stubs_dir(src_dir).rglob("*.java"))
+    if not stubs:
+        return
+    result = subprocess.run([javac, "--release", JAVA_RELEASE, "-nowarn", "-encoding", "UTF-8",
+                             "-cp", classpath, "-d", out, *stubs], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ShimBuildError("javac failed compiling the shim's compile-time stubs:\n"
+                             + result.stderr.strip())
 
 
 def compile_shim(src_dir: Path, out_jar: Path, jars_dir: Path | None = None) -> Path:
@@ -97,10 +115,12 @@ def compile_shim(src_dir: Path, out_jar: Path, jars_dir: Path | None = None) -> 
     classpath = os.pathsep.join(sorted(glob.glob(str(jars_dir / "*.jar"))))
     javac = _tool("javac")
     out_jar.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="spark-steward-shim-") as classes:
+    with tempfile.TemporaryDirectory(prefix="spark-steward-shim-") as classes, \
+            tempfile.TemporaryDirectory(prefix="spark-steward-stubs-") as stubs:
+        _compile_stubs(src_dir, classpath, javac, stubs)
         result = subprocess.run(
-            [javac, "--release", JAVA_RELEASE, JAVAC_LINT, "-Werror",
-             "-encoding", "UTF-8", "-cp", classpath, "-d", classes, *sources],
+            [javac, "--release", JAVA_RELEASE, JAVAC_LINT, "-Werror", "-encoding", "UTF-8",
+             "-cp", os.pathsep.join([stubs, classpath]), "-d", classes, *sources],
             capture_output=True, text=True)
         if result.returncode != 0:
             raise ShimBuildError(

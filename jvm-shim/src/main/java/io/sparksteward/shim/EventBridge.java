@@ -88,6 +88,14 @@ final class EventBridge {
     return source == sc && buffer.offer(event);
   }
 
+  /**
+   * Enqueues an event of the current context produced where no SparkContext is at hand (a
+   * checkpoint file manager Spark constructed on the driver); never blocks.
+   */
+  boolean offerCurrent(EventEncoder.Builder event) {
+    return !stopped && buffer.offer(event);
+  }
+
   void markStopped() {
     stopped = true;
   }

@@ -79,6 +79,14 @@ public final class PythonFacade {
     return CheckpointCleanWatch.enableCleanCheckpoints(sc);
   }
 
+  // -- streaming checkpoint locations (StreamFiles) ---------------------------------------------
+
+  /** Makes spark-steward's manager the checkpoint file manager of sessions made from {@code sc}
+   *  on; the class name, for sessions that exist already. */
+  public static String installStreamFiles(SparkContext sc) {
+    return StreamFiles.install(sc);
+  }
+
   // -- checkpoint data (CheckpointData) ------------------------------------------------------------
 
   /** Writes every partition of {@code df} into {@code dirUrl}; the JSON records of the files. */

@@ -10,12 +10,14 @@ import org.apache.spark.scheduler.JobResult;
 import org.apache.spark.scheduler.SparkListener;
 import org.apache.spark.scheduler.SparkListenerApplicationEnd;
 import org.apache.spark.scheduler.SparkListenerExecutorAdded;
+import org.apache.spark.scheduler.SparkListenerEvent;
 import org.apache.spark.scheduler.SparkListenerExecutorRemoved;
 import org.apache.spark.scheduler.SparkListenerJobEnd;
 import org.apache.spark.scheduler.SparkListenerJobStart;
 import org.apache.spark.scheduler.SparkListenerTaskEnd;
 import org.apache.spark.scheduler.SparkListenerTaskStart;
 import org.apache.spark.scheduler.TaskInfo;
+import org.apache.spark.sql.streaming.StreamingQueryListener;
 
 /**
  * Turns the listener events spark-steward needs into encoded records and hands them to the
@@ -23,8 +25,10 @@ import org.apache.spark.scheduler.TaskInfo;
  * job_start [job_id, stage_ids, job_group, job_tags, properties]; job_end [job_id, result,
  * message]; task_start [task_id, stage_id, stage_attempt, partition, index, attempt, executor_id,
  * host]; task_end [the same, reason, message, task_type]; executor_added [executor_id, host,
- * cores]; executor_removed [executor_id, message]; application_end []. Runs on Spark's listener thread, so it only encodes and offers: no IO, no locks held
- * across calls, no calls into Python.
+ * cores]; executor_removed [executor_id, message]; application_end []; stream_started [query_id,
+ * run_id, name]; stream_progress [query_id, run_id, batch_id]; stream_terminated [query_id,
+ * run_id, exception]. Runs on Spark's listener thread, so it only encodes and offers: no IO, no
+ * locks held across calls, no calls into Python.
  */
 final class StewardListener extends SparkListener {
   /** Local properties forwarded with job start: ours, plus what identifies the job to a user. */
@@ -113,6 +117,28 @@ final class StewardListener extends SparkListener {
     buffer.offer(EventEncoder.event("executor_removed", e.time())
         .str(e.executorId())
         .str(e.reason()));
+  }
+
+  /** Structured Streaming's query events reach every SparkListener here. */
+  @Override
+  public void onOtherEvent(SparkListenerEvent e) {
+    long now = System.currentTimeMillis();
+    if (e instanceof StreamingQueryListener.QueryStartedEvent) {
+      StreamingQueryListener.QueryStartedEvent s = (StreamingQueryListener.QueryStartedEvent) e;
+      buffer.offer(EventEncoder.event("stream_started", now)
+          .str(s.id().toString()).str(s.runId().toString()).str(s.name()));
+    } else if (e instanceof StreamingQueryListener.QueryProgressEvent) {
+      StreamingQueryListener.QueryProgressEvent p = (StreamingQueryListener.QueryProgressEvent) e;
+      buffer.offer(EventEncoder.event("stream_progress", now)
+          .str(p.progress().id().toString()).str(p.progress().runId().toString())
+          .num(p.progress().batchId()));
+    } else if (e instanceof StreamingQueryListener.QueryTerminatedEvent) {
+      StreamingQueryListener.QueryTerminatedEvent t =
+          (StreamingQueryListener.QueryTerminatedEvent) e;
+      buffer.offer(EventEncoder.event("stream_terminated", now)
+          .str(t.id().toString()).str(t.runId().toString())
+          .str(t.exception().isDefined() ? t.exception().get() : null));
+    }
   }
 
   @Override

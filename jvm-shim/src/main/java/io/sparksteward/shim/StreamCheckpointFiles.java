@@ -1,0 +1,73 @@
+package io.sparksteward.shim;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.PathFilter;
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager;
+
+/**
+ * The streaming checkpoint file manager for Spark 4.1 and later (the trait moved to
+ * {@code ...streaming.checkpointing}); {@link StreamFiles} holds what it adds. Spark constructs it
+ * by name with {@code (Path, Configuration)}.
+ */
+public final class StreamCheckpointFiles implements CheckpointFileManager {
+  private final CheckpointFileManager delegate;
+  private final StreamFiles files;
+
+  public StreamCheckpointFiles(Path path, Configuration conf) {
+    this.delegate = CheckpointFileManager.create(path, StreamFiles.delegateConf(conf));
+    this.files = new StreamFiles(path, conf);
+  }
+
+  @Override
+  public CancellableFSDataOutputStream createAtomic(Path path, boolean overwriteIfPossible) {
+    return delegate.createAtomic(path, overwriteIfPossible);
+  }
+
+  @Override
+  public FSDataInputStream open(Path path) {
+    return delegate.open(path);
+  }
+
+  @Override
+  public FileStatus[] list(Path path, PathFilter filter) {
+    return delegate.list(path, filter);
+  }
+
+  @Override
+  public FileStatus[] list(Path path) {
+    return delegate.list(path);
+  }
+
+  @Override
+  public void mkdirs(Path path) {
+    delegate.mkdirs(path);
+  }
+
+  @Override
+  public boolean exists(Path path) {
+    return delegate.exists(path);
+  }
+
+  @Override
+  public void delete(Path path) {
+    files.delete(path, () -> delegate.delete(path));
+  }
+
+  @Override
+  public boolean isLocal() {
+    return delegate.isLocal();
+  }
+
+  @Override
+  public Path createCheckpointDirectory() {
+    return delegate.createCheckpointDirectory();
+  }
+
+  @Override
+  public void close() {
+    delegate.close();
+  }
+}

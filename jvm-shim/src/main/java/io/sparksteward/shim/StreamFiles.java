@@ -1,0 +1,304 @@
+package io.sparksteward.shim;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.ArrayDeque;
+import java.util.Collections;
+import java.util.Deque;
+import java.util.HashSet;
+import java.util.Set;
+import java.util.UUID;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.SparkConf;
+import org.apache.spark.SparkContext;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The Spark-line-independent body of the streaming checkpoint file managers
+ * ({@link StreamCheckpointFiles} for Spark 4.1+, {@link StreamCheckpointFilesV40} for 3.5 and
+ * 4.0, which differ only in the package of the trait they implement). Spark creates one manager
+ * per checkpoint directory, on the driver and on executors, through
+ * {@code spark.sql.streaming.checkpointFileManagerClass}; every call goes to the manager Spark
+ * would have used (its default, or the class the user had configured), and this class adds:
+ *
+ * <ul>
+ *   <li><b>Deletes that are never lost.</b> A delete that throws, or after which the file is still
+ *       there (Spark ignores a false from the file system), becomes a durable intent,
+ *       {@code <location>/_steward/deletes/<hash>.json}, which the driver's cleanup retries until
+ *       the file is gone; the call then returns normally, so Spark's own cleanup goes on with its
+ *       next file instead of stopping at the first failure. When not even the intent can be
+ *       written (the storage is down), the original failure is thrown as before and the intent
+ *       is written with a later delete of this JVM.
+ *   <li><b>The location, announced.</b> On the driver, the manager of a query's {@code offsets}
+ *       log sends {@code stream_location [root, query id]} to Python, which registers the
+ *       location with the query's start event.
+ * </ul>
+ *
+ * <p>Off for a session ({@code spark.steward.enabled} or {@code spark.steward.streams.enabled}
+ * false in its conf, which Spark copies into the Hadoop conf it hands the manager), it adds
+ * nothing: Spark's behaviour.
+ */
+final class StreamFiles {
+  static final String CLASS_KEY = "spark.sql.streaming.checkpointFileManagerClass";
+  /** The manager class the user had configured before spark-steward took the key over. */
+  static final String DELEGATE_KEY = "spark.steward.streams.delegate-class";
+  static final String INTENTS = "_steward/deletes";
+  static final String LOCATION_EVENT = "stream_location";
+  private static final Logger LOG = LoggerFactory.getLogger(StreamFiles.class);
+  private static final Pattern QUERY_ID = Pattern.compile("\"id\"\\s*:\\s*\"([0-9a-fA-F-]{36})\"");
+  private static final int MAX_UNRECORDED = 10_000;
+  /** Intents this JVM could not write yet, oldest first; retried with every later delete. */
+  private static final Deque<Path[]> UNRECORDED = new ArrayDeque<>();
+  private static final Set<String> ANNOUNCED = Collections.synchronizedSet(new HashSet<>());
+
+  final boolean enabled;
+  private final Path path;
+  private final Configuration conf;
+  private volatile Path root;
+  private volatile boolean rootKnown;
+
+  StreamFiles(Path path, Configuration conf) {
+    this.path = path;
+    this.conf = conf;
+    this.enabled = flag(conf, "spark.steward.enabled") && flag(conf, "spark.steward.streams.enabled");
+    if (enabled && "offsets".equals(path.getName()) && EventBridge.current() != null) {
+      announce(path.getParent());
+    }
+  }
+
+  /**
+   * Sets {@code spark.sql.streaming.checkpointFileManagerClass} in {@code sc}'s live conf to the
+   * manager of this Spark line (sessions copy it into the Hadoop conf of every checkpoint
+   * directory), keeping a class the user configured as the one it delegates to. Returns the
+   * class name.
+   */
+  static synchronized String install(SparkContext sc) {
+    String ours;
+    try {
+      Class.forName("org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager",
+          false, StreamFiles.class.getClassLoader());
+      ours = StreamCheckpointFiles.class.getName();
+    } catch (ClassNotFoundException e) {
+      ours = StreamCheckpointFilesV40.class.getName();
+    }
+    SparkConf conf = sc.conf();
+    String current = conf.get(CLASS_KEY, "").trim();
+    if (!current.isEmpty() && !current.equals(ours) && !conf.contains(DELEGATE_KEY)) {
+      conf.set(DELEGATE_KEY, current);
+    }
+    conf.set(CLASS_KEY, ours);
+    return ours;
+  }
+
+  private static boolean flag(Configuration conf, String key) {
+    return !"false".equalsIgnoreCase(conf.get(key, "true").trim());
+  }
+
+  /** {@code conf} for the manager Spark would have made: the user's class, or Spark's default. */
+  static Configuration delegateConf(Configuration conf) {
+    Configuration copy = new Configuration(conf);
+    String theirs = conf.get(DELEGATE_KEY, "").trim();
+    if (theirs.isEmpty()) {
+      copy.unset(CLASS_KEY);
+    } else {
+      copy.set(CLASS_KEY, theirs);
+    }
+    return copy;
+  }
+
+  /** Runs Spark's delete; turns a failed or ineffective one into a durable intent. */
+  void delete(Path target, Runnable delete) {
+    if (!enabled) {
+      delete.run();
+      return;
+    }
+    Exception failure = null;
+    try {
+      delete.run();
+    } catch (Exception e) {  // Scala throws IOException undeclared
+      failure = e;
+    }
+    if (failure == null && !stillThere(target)) {
+      flushUnrecorded();
+      return;
+    }
+    Path location = root();
+    if (location == null || relative(location, target) == null) {
+      if (failure != null) {
+        throw sneaky(failure);
+      }
+      return;  // outside any location we own (a file sink's log): Spark's behaviour
+    }
+    if (!recordIntent(location, target)) {
+      synchronized (UNRECORDED) {
+        if (UNRECORDED.size() < MAX_UNRECORDED) {
+          UNRECORDED.addLast(new Path[] {location, target});
+        }
+      }
+      if (failure != null) {
+        throw sneaky(failure);
+      }
+      return;
+    }
+    LOG.warn("spark-steward: delete of {} {}; recorded for retry until it is gone", target,
+        failure == null ? "left the file in place" : "failed (" + failure + ")");
+  }
+
+  private boolean stillThere(Path target) {
+    try {
+      return target.getFileSystem(conf).exists(target);
+    } catch (IOException | RuntimeException e) {
+      return true;  // unknown: an intent for a file already gone costs one idempotent delete
+    }
+  }
+
+  private void flushUnrecorded() {
+    while (true) {
+      Path[] next;
+      synchronized (UNRECORDED) {
+        next = UNRECORDED.peekFirst();
+      }
+      if (next == null || !recordIntent(next[0], next[1])) {
+        return;
+      }
+      synchronized (UNRECORDED) {
+        UNRECORDED.remove(next);
+      }
+    }
+  }
+
+  /** Writes the intent (temp file, then rename); false when the storage refused. */
+  private boolean recordIntent(Path location, Path target) {
+    String rel = relative(location, target);
+    if (rel == null) {
+      return true;  // nothing we could ever retry: drop it
+    }
+    Path dir = new Path(location, INTENTS);
+    Path intent = new Path(dir, sha256(rel).substring(0, 32) + ".json");
+    Path tmp = new Path(dir, "." + intent.getName() + "." + UUID.randomUUID() + ".tmp");
+    StringBuilder body = new StringBuilder("{\"path\":");
+    EventEncoder.quote(body, rel);
+    body.append(",\"time\":").append(System.currentTimeMillis()).append('}');
+    try {
+      FileSystem fs = location.getFileSystem(conf);
+      fs.mkdirs(dir);
+      try (FSDataOutputStream out = fs.create(tmp, true)) {
+        out.write(body.toString().getBytes(StandardCharsets.UTF_8));
+      }
+      if (!fs.rename(tmp, intent)) {  // it exists already: the same path failed before
+        fs.delete(tmp, false);
+      }
+      return fs.exists(intent);
+    } catch (IOException | RuntimeException e) {
+      LOG.warn("spark-steward: could not record the failed delete of {} ({})", target, e.toString());
+      return false;
+    }
+  }
+
+  /** {@code target} relative to {@code location}, or null when it is not inside it. */
+  static String relative(Path location, Path target) {
+    String base = location.toUri().getPath();
+    String full = target.toUri().getPath();
+    if (base.endsWith("/")) {
+      base = base.substring(0, base.length() - 1);
+    }
+    if (!full.startsWith(base + "/") || full.contains("/../") || full.endsWith("/..")) {
+      return null;
+    }
+    return full.substring(base.length() + 1);
+  }
+
+  /**
+   * The query's checkpoint location this manager's directory belongs to: the parent of
+   * {@code offsets}/{@code commits}, of the nearest {@code state} or {@code sources} ancestor,
+   * or the directory itself when it holds {@code offsets} (the query's own manager). Null for
+   * anything else, such as a file sink's {@code _spark_metadata}.
+   */
+  Path root() {
+    if (!rootKnown) {
+      root = findRoot();
+      rootKnown = true;
+    }
+    return root;
+  }
+
+  private Path findRoot() {
+    String name = path.getName();
+    if (("offsets".equals(name) || "commits".equals(name)) && path.getParent() != null) {
+      return path.getParent();
+    }
+    for (Path p = path; p != null && p.getParent() != null; p = p.getParent()) {
+      if ("state".equals(p.getName()) || "sources".equals(p.getName())) {
+        return p.getParent();
+      }
+    }
+    try {
+      FileSystem fs = path.getFileSystem(conf);
+      return fs.exists(new Path(path, "offsets")) || fs.exists(new Path(path, "metadata"))
+          ? path : null;
+    } catch (IOException | RuntimeException e) {
+      return null;
+    }
+  }
+
+  /** Sends the location (once per JVM) with the query id from its {@code metadata} file. */
+  private void announce(Path location) {
+    try {
+      String qualified = location.getFileSystem(conf).makeQualified(location).toString();
+      EventBridge bridge = EventBridge.current();
+      if (bridge == null || !ANNOUNCED.add(qualified)) {
+        return;
+      }
+      bridge.offerCurrent(EventEncoder.event(LOCATION_EVENT, System.currentTimeMillis())
+          .str(qualified).str(queryId(location)));
+    } catch (IOException | RuntimeException | LinkageError e) {
+      LOG.warn("spark-steward: could not register the streaming checkpoint location {} ({})",
+          location, e.toString());
+    }
+  }
+
+  private String queryId(Path location) {
+    Path metadata = new Path(location, "metadata");
+    byte[] buffer = new byte[4096];
+    try (InputStream in = metadata.getFileSystem(conf).open(metadata)) {
+      int n = 0;
+      int got;
+      while (n < buffer.length && (got = in.read(buffer, n, buffer.length - n)) > 0) {
+        n += got;
+      }
+      Matcher m = QUERY_ID.matcher(new String(buffer, 0, n, StandardCharsets.UTF_8));
+      return m.find() ? m.group(1) : null;
+    } catch (IOException | RuntimeException e) {
+      return null;  // not written yet: Python reads it at the query's start
+    }
+  }
+
+  static String sha256(String text) {
+    try {
+      byte[] digest = MessageDigest.getInstance("SHA-256").digest(text.getBytes(StandardCharsets.UTF_8));
+      StringBuilder hex = new StringBuilder(64);
+      for (byte b : digest) {
+        hex.append(String.format("%02x", b & 0xff));
+      }
+      return hex.toString();
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /** Rethrows any Throwable unchecked (Scala callers do not declare IOException). */
+  @SuppressWarnings("unchecked")
+  private static <T extends Throwable> RuntimeException sneaky(Throwable t) throws T {
+    throw (T) t;
+  }
+}

@@ -1,0 +1,52 @@
+"""Structured Streaming checkpoint locations, owned (FLIP-270 where Spark's checkpoints live).
+
+With spark-steward on for a session, every streaming query's checkpoint location is recorded in
+the storage dir at start, the deletes Spark asks for there that fail are retried until done, and
+temp files of killed writers are swept; nothing changes in the job. This module lists locations
+and drops them safely:
+
+>>> spark_steward.streams.ls()                      # doctest: +SKIP
+[StreamStatus(record=StreamRecord(query_id='…', location='file:/ckpt/q1', …), state=…)]
+>>> spark_steward.streams.drop("q1")                # doctest: +SKIP  (name, id or location)
+DropResult(query_id='…', location='file:/ckpt/q1', files=4210, bytes=1893391)
+
+``spark-steward streams ls|du|drop`` does the same from any machine that sees the storage dir.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spark_steward.streams.store import DropResult, StreamStatus, StreamStore
+
+if TYPE_CHECKING:
+    from spark_steward.kernel.runtime import DriverRuntime
+
+__all__ = ["ls", "drop", "DropResult", "StreamStatus"]
+
+
+def _store() -> "tuple[StreamStore, DriverRuntime]":
+    from spark_steward.kernel.runtime import runtime_for
+    from spark_steward.streams.service import StreamService
+
+    runtime = runtime_for(None)
+    store = runtime.service(StreamService).store
+    assert store is not None
+    return store, runtime
+
+
+def ls(*, files: bool = False) -> list[StreamStatus]:
+    """Every recorded location with its state (running, stopped, abandoned, dropping); with
+    ``files`` also its files, bytes and pending deletes (one listing of each location)."""
+    store, runtime = _store()
+    return store.statuses(this_app=runtime.app_id, survey=files)
+
+
+def drop(name_or_location: str) -> DropResult:
+    """Removes a query's checkpoint location: its name, query id or location. Refused
+    (:class:`~spark_steward.errors.StreamActive`, one line saying why) while a run of the query
+    may be active anywhere or it was active within ``spark.steward.streams.drop-grace``. The drop
+    is recorded before anything is deleted; a failure leaves it recorded and the next attach or
+    ``spark-steward gc`` finishes it."""
+    store, runtime = _store()
+    return store.drop(name_or_location, this_app=runtime.app_id)

@@ -1,0 +1,149 @@
+"""One streaming checkpoint location, read and cleaned from Python through fsspec.
+
+Spark names locations with Hadoop URLs (``file:/x``, ``s3a://b/k``); they map to fsspec's
+(``file:///x``, ``s3://b/k``). The JVM side records the deletes Spark asked for that failed as
+intents in ``<location>/_steward/deletes/`` (one small JSON file each, written whole by rename);
+this module retries them, sweeps Spark's leftover temp files and removes whole locations.
+Every path read from an intent is checked to stay inside the location, outside our own folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_steward.errors import StewardError, StorageError, StreamError
+from spark_steward.lifecycle.streams import INTENTS_FOLDER, OWN_FOLDER, temp_sweepable
+from spark_steward.storage import Storage
+
+log = logging.getLogger(__name__)
+
+_SCHEMES = {"s3a": "s3", "s3n": "s3", "gs": "gs", "wasbs": "abfs", "abfss": "abfs"}
+_MAX_INTENT_BYTES = 64 << 10
+
+
+def fsspec_url(location: str) -> str:
+    """The fsspec URL of a Hadoop location URL (``file:/x`` -> ``file:///x``)."""
+    if location.startswith("file:"):
+        return "file://" + "/" + location[len("file:"):].lstrip("/")
+    scheme, sep, rest = location.partition("://")
+    if sep and scheme in _SCHEMES:
+        return f"{_SCHEMES[scheme]}://{rest}"
+    return location
+
+
+@dataclass
+class Survey:
+    """What one listing of a location found."""
+
+    files: int = 0
+    bytes: int = 0
+    newest: float | None = None
+    temps: list[str] = field(default_factory=list)  # sweepable now
+    intents: int = 0
+
+
+class Location:
+    def __init__(self, location: str, options: dict[str, Any] | None = None) -> None:
+        self.location = location
+        try:
+            self.storage = Storage.from_url(fsspec_url(location), **(options or {}))
+        except StewardError as exc:
+            raise StreamError(f"streaming checkpoint location {location}: {exc}") from exc
+
+    def exists(self) -> bool:
+        return self.storage.exists("")
+
+    def survey(self, *, now: float, query_active: bool, horizon: float) -> Survey:
+        """Files, bytes and newest change of the location, with the temp files that may go."""
+        found = Survey()
+        for entry in self.storage.walk_files(""):
+            found.files += 1
+            found.bytes += entry.size
+            if entry.modified is not None:
+                found.newest = max(found.newest or 0.0, entry.modified)
+            if entry.path.startswith(INTENTS_FOLDER + "/"):
+                found.intents += not posixpath.basename(entry.path).startswith(".")
+                continue
+            if temp_sweepable(posixpath.basename(entry.path), entry.modified, now=now,
+                              query_active=query_active, horizon=horizon):
+                found.temps.append(entry.path)
+        return found
+
+    def sweep_temps(self, paths: list[str]) -> int:
+        """Deletes the temp files a survey found; returns how many went."""
+        gone = 0
+        for path in paths:
+            self.storage.delete(path)
+            gone += 1
+        if gone:
+            log.info("swept %d temp file(s) left by killed writers from %s", gone, self.location)
+        return gone
+
+    def pending_intents(self) -> list[str]:
+        return [n for n in self.storage.list_names(INTENTS_FOLDER)
+                if n.endswith(".json") and not n.startswith(".")]
+
+    def retry_intents(self) -> int:
+        """Retries every recorded failed delete; returns how many it settled. Raises
+        StorageError at the first that still fails (the caller's retry strategy waits)."""
+        names = self.pending_intents()
+        for name in names:
+            intent = f"{INTENTS_FOLDER}/{name}"
+            target = self._target_of(intent)
+            if target is not None:
+                self.storage.delete(target)  # idempotent; raises while the storage fails
+                log.info("deleted %s/%s, which Spark's delete had left", self.location, target)
+            self.storage.delete(intent)
+        return len(names)
+
+    def _target_of(self, intent: str) -> str | None:
+        """The relative path an intent names; None (the intent is dropped, logged) when it is
+        unreadable or names anything outside the location's Spark files."""
+        try:
+            data = self.storage.read_bytes(intent)
+            if len(data) > _MAX_INTENT_BYTES:
+                raise ValueError(f"{len(data)} bytes")
+            path = json.loads(data)["path"]
+            if not isinstance(path, str):
+                raise ValueError(f"path is {type(path).__name__}")
+        except (StorageError, ValueError, KeyError, TypeError) as exc:
+            log.warning("dropping the unreadable delete intent %s/%s: %s", self.location,
+                        intent, exc)
+            return None
+        parts = path.split("/")
+        if (not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts)
+                or parts[0] == OWN_FOLDER):
+            log.warning("dropping the delete intent %s/%s: it names %r, not a file of the "
+                        "location", self.location, intent, path[:200])
+            return None
+        return path
+
+    def delete_all(self) -> None:
+        """Removes everything in the location, then the location itself; idempotent. Our own
+        folder goes last, so an interrupted drop still has its intents."""
+        names = self.storage.list_names("")
+        for name in sorted(names, key=lambda n: n == OWN_FOLDER):
+            self.storage.delete(name)
+        if self.storage.is_local:
+            try:
+                self.storage.fs.rmdir(self.storage.root)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise StorageError(f"could not remove {self.location}: {exc}") from exc
+        if self.storage.list_names(""):
+            raise StorageError(f"{self.location} is not empty after the drop (a writer is "
+                               "still adding files)")
+
+
+def survey_or_none(location: Location, **kwargs: Any) -> Survey | None:
+    """A survey, or None (logged) when the location cannot be listed."""
+    try:
+        return location.survey(**kwargs)
+    except StewardError as exc:
+        log.warning("could not list %s: %s", location.location, exc)
+        return None

@@ -1,0 +1,81 @@
+"""The records of streaming checkpoint locations in the storage dir: ``streams/<query id>.json``.
+
+One record per query (a query keeps its id across restarts and applications), rewritten
+atomically by the driver that runs it; readers take each record whole or skip it with a reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+from spark_steward.errors import StewardError, StreamError
+from spark_steward.lifecycle.streams import StreamRecord, valid_query_id
+from spark_steward.storage import Storage
+
+log = logging.getLogger(__name__)
+
+FOLDER = "streams"
+
+
+class StreamRegistry:
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    @staticmethod
+    def record_path(query_id: str) -> str:
+        if not valid_query_id(query_id):
+            raise StreamError(f"{query_id!r} is not a streaming query id")
+        return f"{FOLDER}/{query_id}.json"
+
+    def write(self, record: StreamRecord) -> None:
+        self.storage.write_record(self.record_path(record.query_id), record.to_json())
+
+    def read(self, query_id: str) -> StreamRecord | None:
+        path = self.record_path(query_id)
+        if not self.storage.exists(path):
+            return None
+        try:
+            return StreamRecord.from_json(self.storage.read_record(path))
+        except (StewardError, ValueError) as exc:
+            raise StreamError(f"stream record {self.storage.url_of(path)} is unreadable: "
+                              f"{exc}") from exc
+
+    def all(self) -> Iterator[StreamRecord]:
+        """Every readable record; an unreadable one is logged and skipped (never deleted)."""
+        for name in self.storage.list_names(FOLDER):
+            query_id = name[:-len(".json")] if name.endswith(".json") else ""
+            if not valid_query_id(query_id):
+                continue
+            try:
+                record = self.read(query_id)
+            except StreamError as exc:
+                log.warning("%s", exc)
+                continue
+            if record is not None:
+                yield record
+
+    def remove(self, query_id: str) -> None:
+        self.storage.delete(self.record_path(query_id))
+
+    def find(self, name_or_location: str) -> StreamRecord:
+        """The one record whose query id, name or location is ``name_or_location``."""
+        wanted = name_or_location.rstrip("/")
+        found = [r for r in self.all()
+                 if wanted in (r.query_id, r.name, r.location.rstrip("/"),
+                               _plain(r.location).rstrip("/"))]
+        if not found:
+            raise StreamError(f"no streaming checkpoint location named {name_or_location!r} is "
+                              f"recorded in {self.storage.url_of(FOLDER)} (spark-steward streams "
+                              f"ls lists them)")
+        if len(found) > 1:
+            ids = ", ".join(sorted(r.query_id for r in found))
+            raise StreamError(f"{name_or_location!r} names {len(found)} streaming queries ({ids}); "
+                              f"give the query id or the location instead")
+        return found[0]
+
+
+def _plain(location: str) -> str:
+    """``file:/x`` as the path ``/x`` a user would type."""
+    return location[len("file:"):].replace("///", "/", 1) if location.startswith("file:") \
+        else location

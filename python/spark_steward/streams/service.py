@@ -1,0 +1,253 @@
+"""The streams service on the driver: owns the checkpoint locations of Structured Streaming queries.
+
+At attach it makes the shim's checkpoint file manager Spark's
+(``spark.sql.streaming.checkpointFileManagerClass``, keeping a manager the user configured as
+the one it delegates to) and resumes what crashed drivers left: drops recorded but not finished,
+failed deletes and temp files of locations no run holds. While queries run it records each
+location at start (``stream_location`` from the manager joined with Spark's QueryStartedEvent),
+keeps a heartbeat from progress, retries failed deletes every ``streams.sweep-interval`` (temp
+files of killed tasks every ``streams.temp-horizon``) and cleans a location once its run ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from spark_steward.applications import CleanupBacklog
+from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
+from spark_steward.config import (CLEANUP_SHUTDOWN_TIMEOUT, STREAMS_ABANDONED_AFTER,
+                                  STREAMS_DROP_GRACE, STREAMS_SWEEP_INTERVAL,
+                                  STREAMS_TEMP_HORIZON)
+from spark_steward.errors import StewardError
+from spark_steward.kernel import jvm
+from spark_steward.kernel.events import (StreamLocation, StreamProgress, StreamStarted,
+                                         StreamTerminated)
+from spark_steward.kernel.runtime import RuntimeService
+from spark_steward.kernel.session import active_session
+from spark_steward.lifecycle.streams import StreamRecord, StreamState, valid_query_id
+from spark_steward.streams.location import Location
+from spark_steward.streams.store import StreamStore
+
+if TYPE_CHECKING:
+    from spark_steward.kernel.runtime import DriverRuntime
+
+log = logging.getLogger(__name__)
+
+CLASS_KEY = "spark.sql.streaming.checkpointFileManagerClass"
+DELEGATE_KEY = "spark.steward.streams.delegate-class"
+#: Progress events come once per micro-batch; the record is rewritten at most this often.
+HEARTBEAT_EVERY = 10.0
+
+#: A cleaner key: (what, query id) with what in "clean", "sweep", "drop".
+Key = tuple[str, str]
+
+
+def describe_key(key: Key) -> str:
+    return f"{key[0]} of streaming query {key[1]}"
+
+
+class StreamService(RuntimeService):
+    name: ClassVar[str] = "streams"
+    rank: ClassVar[int] = 40
+
+    def __init__(self) -> None:
+        self.store: StreamStore | None = None
+        self.cleaner: RetryingCleaner[Key] | None = None
+        self._runtime: DriverRuntime | None = None
+        self._lock = threading.Lock()
+        self._locations: dict[str, str] = {}   # query id -> location
+        self._unmatched: list[str] = []        # locations announced without a query id
+        self._records: dict[str, StreamRecord] = {}  # this application's running queries
+        self._written: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.manager_class: str | None = None
+
+    @property
+    def runtime(self) -> "DriverRuntime | None":
+        return self._runtime
+
+    def start(self, runtime: "DriverRuntime") -> None:
+        conf = runtime.conf
+        self._runtime = runtime
+        self.cleaner = cleaner_from_conf(conf, "stream-cleanup", describe_key)
+        self.store = StreamStore(runtime.registry,
+                                 abandoned_after=conf.get(STREAMS_ABANDONED_AFTER),
+                                 drop_grace=conf.get(STREAMS_DROP_GRACE),
+                                 temp_horizon=conf.get(STREAMS_TEMP_HORIZON),
+                                 options=runtime.storage.options)
+        self.manager_class = str(jvm.call(runtime.sc, "installStreamFiles",
+                                          jvm.context_handle(runtime.sc)))
+        spark = active_session()
+        if spark is not None:  # made before attach: it copied the context's conf then
+            current = spark.conf.get(CLASS_KEY, None)
+            if current and current != self.manager_class and not spark.conf.get(DELEGATE_KEY,
+                                                                                None):
+                spark.conf.set(DELEGATE_KEY, current)
+            spark.conf.set(CLASS_KEY, self.manager_class)
+        runtime.dispatcher.subscribe(self._on_event, "streams")
+        self._recover()
+        interval = conf.get(STREAMS_SWEEP_INTERVAL)
+        self._thread = threading.Thread(target=self._sweep_loop, args=(interval,),
+                                        name="steward-streams", daemon=True)
+        self._thread.start()
+
+    # -- events ------------------------------------------------------------------------------
+
+    def _on_event(self, event: Any) -> None:
+        if isinstance(event, StreamLocation):
+            with self._lock:
+                if event.query_id and valid_query_id(event.query_id):
+                    self._locations[event.query_id] = event.location
+                else:
+                    self._unmatched.append(event.location)
+        elif isinstance(event, StreamStarted):
+            self._started(event)
+        elif isinstance(event, StreamProgress):
+            self._progressed(event)
+        elif isinstance(event, StreamTerminated):
+            self._terminated(event)
+
+    def _location_of(self, query_id: str) -> str | None:
+        with self._lock:
+            found = self._locations.get(query_id)
+            unmatched = list(self._unmatched)
+        if found is not None:
+            return found
+        for location in unmatched:  # the metadata file was not written when it was announced
+            if _metadata_id(location, self.store.options if self.store else {}) == query_id:
+                with self._lock:
+                    self._locations[query_id] = location
+                    if location in self._unmatched:
+                        self._unmatched.remove(location)
+                return location
+        return None
+
+    def _started(self, event: StreamStarted) -> None:
+        assert self.store is not None and self._runtime is not None
+        location = self._location_of(event.query_id)
+        if location is None:
+            return  # its session has spark-steward off (or the query keeps no checkpoint)
+        now = time.time()
+        earlier = self.store.records.read(event.query_id) if valid_query_id(event.query_id) \
+            else None
+        if earlier is not None and earlier.dropping is not None:
+            log.warning("streaming query %s starts on %s while a drop of it is recorded; the "
+                        "drop is called off", event.name or event.query_id, location)
+        record = StreamRecord(event.query_id, location, event.name, self._runtime.app_id,
+                              event.run_id, started=now, heartbeat=now)
+        self._write(record)
+
+    def _progressed(self, event: StreamProgress) -> None:
+        with self._lock:
+            record = self._records.get(event.query_id)
+            due = record is not None and record.run_id == event.run_id and \
+                time.time() - self._written.get(event.query_id, 0.0) >= HEARTBEAT_EVERY
+        if record is not None and due:
+            self._write(record.progressed(time.time()))
+
+    def _terminated(self, event: StreamTerminated) -> None:
+        with self._lock:
+            record = self._records.get(event.query_id)
+        if record is None or record.run_id != event.run_id:
+            return
+        ended = record.ended(time.time(), event.exception)
+        self._write(ended, running=False)
+        self._submit("clean", ended, active=False)
+
+    def _write(self, record: StreamRecord, running: bool = True) -> None:
+        assert self.store is not None
+        with self._lock:
+            if running:
+                self._records[record.query_id] = record
+            else:
+                self._records.pop(record.query_id, None)
+            self._written[record.query_id] = time.time()
+        try:
+            self.store.records.write(record)
+        except StewardError as exc:
+            log.warning("could not record streaming query %s at %s: %s",
+                        record.name or record.query_id, record.location, exc)
+
+    # -- cleanup -----------------------------------------------------------------------------
+
+    def _submit(self, what: str, record: StreamRecord, *, active: bool) -> None:
+        store, cleaner = self.store, self.cleaner
+        if store is None or cleaner is None:
+            return
+        if what == "drop":
+            def action() -> None:
+                store.finish_drop(record)
+        else:
+            def action() -> None:
+                store.clean(record, active=active, sweep_temps=what != "retry")
+        cleaner.submit((what, record.query_id), action)
+
+    def _recover(self) -> None:
+        """Resumes what earlier drivers left: recorded drops, and the failed deletes and temp
+        files of locations no run holds any more."""
+        assert self.store is not None and self._runtime is not None
+        for status in self.store.statuses(this_app=self._runtime.app_id):
+            if status.state is StreamState.DROPPING:
+                self._submit("drop", status.record, active=False)
+            elif status.state is not StreamState.RUNNING:
+                self._submit("clean", status.record, active=False)
+
+    def _sweep_loop(self, interval: float) -> None:
+        assert self.store is not None
+        horizon = self.store.temp_horizon
+        last_temps = time.monotonic()
+        while not self._stop.wait(interval):
+            with self._lock:
+                running = list(self._records.values())
+            temps_due = time.monotonic() - last_temps >= horizon
+            for record in running:
+                try:
+                    pending = Location(record.location, self.store.options).pending_intents()
+                except StewardError as exc:
+                    log.debug("could not list the intents of %s: %s", record.location, exc)
+                    continue
+                if temps_due:
+                    self._submit("clean", record, active=True)
+                elif pending:
+                    self._submit("retry", record, active=True)
+            if temps_due:
+                last_temps = time.monotonic()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def metrics(self) -> Mapping[str, int]:
+        with self._lock:
+            return {"streams.running": len(self._records)}
+
+    def cleanup_backlog(self) -> CleanupBacklog | None:
+        return None if self.cleaner is None else self.cleaner.backlog()
+
+    def stop(self, runtime: "DriverRuntime") -> None:
+        self._stop.set()
+        with self._lock:
+            left = list(self._records.values())
+        for record in left:  # Spark stops its queries with the context, not always with an event
+            ended = record.ended(time.time(), None)
+            self._write(ended, running=False)
+            self._submit("clean", ended, active=False)
+        if self.cleaner is not None:
+            left_keys = self.cleaner.close(runtime.conf.get(CLEANUP_SHUTDOWN_TIMEOUT))
+            if left_keys:
+                log.warning("spark-steward: %d streaming cleanup(s) still outstanding at stop; the "
+                            "next attach or spark-steward gc finishes them", len(left_keys))
+
+
+def _metadata_id(location: str, options: dict[str, Any]) -> str | None:
+    """The query id in ``<location>/metadata`` (``{"id": "..."}``), or None."""
+    import json
+
+    try:
+        data = Location(location, options).storage.read_bytes("metadata")
+        value = json.loads(data.splitlines()[0] if data else b"{}").get("id")
+    except (StewardError, ValueError, AttributeError, IndexError):
+        return None
+    return value if valid_query_id(value) else None

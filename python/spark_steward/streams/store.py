@@ -1,0 +1,156 @@
+"""The streaming checkpoint locations of a storage dir: listing, cleaning and dropping them.
+
+Shared by the driver service, the ``spark_steward.streams`` functions, ``spark-steward streams``
+and ``spark-steward gc``: none of it needs Spark. Whether a query's application is alive comes
+from the application registry (heartbeats and driver identities, across hosts), so a location is
+judged the same way from any machine that sees the storage dir.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from spark_steward.applications import ApplicationRegistry
+from spark_steward.errors import StewardError, StreamActive, StreamError
+from spark_steward.gc import application_liveness, is_collectable
+from spark_steward.lifecycle.streams import StreamRecord, StreamState, drop_refusal, state_of
+from spark_steward.streams.location import Location, Survey
+from spark_steward.streams.registry import StreamRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StreamStatus:
+    """One location as ``streams ls`` shows it; ``survey`` is None when not listed (or not
+    listable: ``problem`` says why)."""
+
+    record: StreamRecord
+    state: StreamState
+    liveness: str
+    survey: Survey | None = None
+    problem: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.record
+        body: dict[str, Any] = {"query_id": r.query_id, "name": r.name, "location": r.location,
+                                "state": self.state.value, "app_id": r.app_id,
+                                "application": self.liveness, "run_id": r.run_id,
+                                "started": r.started, "heartbeat": r.heartbeat,
+                                "stopped": r.stopped, "exception": r.exception,
+                                "dropping": r.dropping}
+        if self.survey is not None:
+            body.update(files=self.survey.files, bytes=self.survey.bytes,
+                        deletes_pending=self.survey.intents, temp_files=len(self.survey.temps))
+        if self.problem:
+            body["problem"] = self.problem
+        return body
+
+
+@dataclass(frozen=True)
+class DropResult:
+    query_id: str
+    location: str
+    files: int
+    bytes: int
+
+
+class StreamStore:
+    def __init__(self, registry: ApplicationRegistry, *, abandoned_after: float,
+                 drop_grace: float, temp_horizon: float,
+                 options: dict[str, Any] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.apps = registry
+        self.records = StreamRegistry(registry.storage)
+        self.abandoned_after = abandoned_after
+        self.drop_grace = drop_grace
+        self.temp_horizon = temp_horizon
+        self.options = options or {}
+        self.clock = clock
+
+    def location(self, record: StreamRecord) -> Location:
+        return Location(record.location, self.options)
+
+    def _liveness(self, record: StreamRecord, this_app: str | None) -> str:
+        if record.app_id == this_app:
+            return "live"
+        return application_liveness(self.apps, record.app_id)
+
+    def status(self, record: StreamRecord, *, this_app: str | None = None,
+               survey: bool = False) -> StreamStatus:
+        liveness = self._liveness(record, this_app)
+        now = self.clock()
+        state = state_of(record, now=now, app_dead=is_collectable(liveness),
+                         abandoned_after=self.abandoned_after)
+        if not survey:
+            return StreamStatus(record, state, liveness)
+        try:
+            found = self.location(record).survey(now=now,
+                                                 query_active=state is StreamState.RUNNING,
+                                                 horizon=self.temp_horizon)
+        except StewardError as exc:
+            return StreamStatus(record, state, liveness, problem=str(exc))
+        return StreamStatus(record, state, liveness, found)
+
+    def statuses(self, *, this_app: str | None = None, survey: bool = False) -> list[StreamStatus]:
+        return [self.status(r, this_app=this_app, survey=survey)
+                for r in sorted(self.records.all(), key=lambda r: (r.name or "", r.location))]
+
+    def clean(self, record: StreamRecord, *, active: bool, sweep_temps: bool = True) -> int:
+        """Retries the location's recorded failed deletes and (``sweep_temps``) sweeps the temp
+        files Spark's killed writers left; returns files deleted. Raises on a storage failure,
+        for the caller's retry strategy."""
+        location = self.location(record)
+        if not location.exists():
+            return 0
+        done = location.retry_intents()
+        if sweep_temps:
+            found = location.survey(now=self.clock(), query_active=active,
+                                    horizon=self.temp_horizon)
+            done += location.sweep_temps(found.temps)
+        return done
+
+    def begin_drop(self, name_or_location: str, *, this_app: str | None = None) -> StreamRecord:
+        """Checks that the location may go and records the drop (FLIP-270: recorded before any
+        delete); raises StreamActive with one line when it may not."""
+        record = self.records.find(name_or_location)
+        if record.dropping is not None:
+            return record
+        liveness = self._liveness(record, this_app)
+        app_dead = is_collectable(liveness) or (record.app_id == this_app
+                                                and record.stopped is not None)
+        try:
+            newest = self.location(record).survey(now=self.clock(), query_active=True,
+                                                  horizon=self.temp_horizon).newest
+        except StewardError as exc:
+            raise StreamError(f"cannot drop {record.location}: it cannot be listed ({exc})") from exc
+        why = drop_refusal(record, now=self.clock(), app_dead=app_dead, grace=self.drop_grace,
+                           newest_file=newest)
+        if why is not None:
+            raise StreamActive(f"refusing to drop {record.location}: {why}")
+        dropping = replace(record, dropping=self.clock())
+        self.records.write(dropping)
+        again = self.records.read(record.query_id)
+        if again is None or again.run_id != record.run_id:
+            raise StreamActive(f"refusing to drop {record.location}: a new run of the query "
+                               f"started while the drop was being recorded")
+        return dropping
+
+    def finish_drop(self, record: StreamRecord) -> DropResult:
+        """Deletes everything in the location, then its record; idempotent, raises while the
+        storage fails (the record stays ``dropping``, so the next attach or gc resumes)."""
+        location = self.location(record)
+        files = size = 0
+        if location.exists():
+            files, size = location.storage.usage("")
+            location.delete_all()
+        self.records.remove(record.query_id)
+        log.info("dropped the streaming checkpoint location %s (%d files, %d bytes)",
+                 record.location, files, size)
+        return DropResult(record.query_id, record.location, files, size)
+
+    def drop(self, name_or_location: str, *, this_app: str | None = None) -> DropResult:
+        return self.finish_drop(self.begin_drop(name_or_location, this_app=this_app))
