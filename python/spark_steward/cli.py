@@ -541,9 +541,17 @@ def _collect_local(registry: "ApplicationRegistry", args: argparse.Namespace,
 
 
 #: What ``gc`` collects, in order.
+def _collect_streams(registry: "ApplicationRegistry", args: argparse.Namespace,
+                     progress: "Progress | None") -> "GcReport":
+    from spark_steward.streams.gc import collect_streams
+
+    return collect_streams(_stream_store(args), dry_run=args.dry_run, progress=progress)
+
+
 GC_COLLECTORS: list[Collector] = [Collector("blobs", _collect_blobs),
                                   Collector("checkpoints", _collect_checkpoints, "item"),
-                                  Collector("caches", _collect_caches, "item")]
+                                  Collector("caches", _collect_caches, "item"),
+                                  Collector("streams", _collect_streams, "file")]
 #: Collected too when ``--local-dir`` names this host's working dir.
 LOCAL_COLLECTOR = Collector("local", _collect_local)
 

@@ -364,6 +364,11 @@ STREAMS_ENABLED = _key(
     "for that fail are retried until done, temp files of killed writers are swept, and "
     "`streams.drop` removes a location safely. Settable per session (takes effect for queries "
     "started afterwards).")
+STREAMS_DELEGATE_CLASS = _key(
+    "spark.steward.streams.delegate-class", STRING, "",
+    "The checkpoint file manager spark-steward's streaming manager delegates to. Set at attach "
+    "from a `spark.sql.streaming.checkpointFileManagerClass` you had configured; empty means "
+    "Spark's default.")
 STREAMS_ABANDONED_AFTER = _key(
     "spark.steward.streams.abandoned-after", DURATION, "7d",
     "A stopped query's location not run for this long is listed as `abandoned` (only listed: "

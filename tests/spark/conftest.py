@@ -27,6 +27,7 @@ from spark_steward.kernel.runtime import RuntimeService
 from spark_steward.kernel.services import register_service
 from spark_steward.kernel.shim import jar_path
 from tests.conftest import TEST_ROOT
+from tests.support.faulty_files import faulty_jar
 
 SCRIPTS = Path(__file__).parent / "scripts"
 STORAGE_DIR = Path(TEST_ROOT) / "storage"
@@ -76,7 +77,7 @@ cloudpickle.register_pickle_by_value(tests)
 def pytest_configure(config: pytest.Config) -> None:
     # After pytest-spark read spark_options from pyproject.toml: add the computed values.
     conf = SparkConfigBuilder.get()
-    conf.set("spark.jars", JAR)
+    conf.set("spark.jars", f"{JAR},{faulty_jar()}")  # the second only acts where configured
     conf.set("spark.steward.storage.dir", STORAGE_DIR.as_uri())
     conf.set("spark.steward.local.dir", str(LOCAL_DIR))
 

@@ -35,6 +35,13 @@ def fsspec_url(location: str) -> str:
     return location
 
 
+def checksum_sidecar(rel: str) -> str:
+    """Hadoop's checksum file of ``rel`` on local file systems (``dir/.name.crc``), which
+    Spark's own delete removes with the file."""
+    folder, name = posixpath.split(rel)
+    return posixpath.join(folder, f".{name}.crc")
+
+
 @dataclass
 class Survey:
     """What one listing of a location found."""
@@ -65,8 +72,9 @@ class Location:
             found.bytes += entry.size
             if entry.modified is not None:
                 found.newest = max(found.newest or 0.0, entry.modified)
-            if entry.path.startswith(INTENTS_FOLDER + "/"):
-                found.intents += not posixpath.basename(entry.path).startswith(".")
+            if entry.path.startswith(INTENTS_FOLDER + "/") \
+                    and not posixpath.basename(entry.path).startswith("."):
+                found.intents += 1
                 continue
             if temp_sweepable(posixpath.basename(entry.path), entry.modified, now=now,
                               query_active=query_active, horizon=horizon):
@@ -96,6 +104,7 @@ class Location:
             target = self._target_of(intent)
             if target is not None:
                 self.storage.delete(target)  # idempotent; raises while the storage fails
+                self.storage.delete(checksum_sidecar(target))
                 log.info("deleted %s/%s, which Spark's delete had left", self.location, target)
             self.storage.delete(intent)
         return len(names)

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 from spark_steward.applications import CleanupBacklog
 from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
 from spark_steward.config import (CLEANUP_SHUTDOWN_TIMEOUT, STREAMS_ABANDONED_AFTER,
-                                  STREAMS_DROP_GRACE, STREAMS_SWEEP_INTERVAL,
+                                  STREAMS_DELEGATE_CLASS, STREAMS_DROP_GRACE,
+                                  STREAMS_SWEEP_INTERVAL,
                                   STREAMS_TEMP_HORIZON)
 from spark_steward.errors import StewardError
 from spark_steward.kernel import jvm
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLASS_KEY = "spark.sql.streaming.checkpointFileManagerClass"
-DELEGATE_KEY = "spark.steward.streams.delegate-class"
+DELEGATE_KEY = STREAMS_DELEGATE_CLASS.name
 #: Progress events come once per micro-batch; the record is rewritten at most this often.
 HEARTBEAT_EVERY = 10.0
 
@@ -60,7 +61,13 @@ class StreamService(RuntimeService):
         self._lock = threading.Lock()
         self._locations: dict[str, str] = {}   # query id -> location
         self._unmatched: list[str] = []        # locations announced without a query id
+        # Starts seen before their location: the order of the two differs between Spark lines
+        # and between a first start and a restart.
+        self._waiting: dict[str, StreamStarted] = {}
         self._records: dict[str, StreamRecord] = {}  # this application's running queries
+        # Ended in this application: executors may still record failed deletes after the end
+        # (state maintenance runs on), so their intents are retried for the application's life.
+        self._ended: dict[str, StreamRecord] = {}
         self._written: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -104,6 +111,9 @@ class StreamService(RuntimeService):
                     self._locations[event.query_id] = event.location
                 else:
                     self._unmatched.append(event.location)
+                waiting = list(self._waiting.values())
+            for started in waiting:
+                self._started(started)
         elif isinstance(event, StreamStarted):
             self._started(event)
         elif isinstance(event, StreamProgress):
@@ -129,8 +139,12 @@ class StreamService(RuntimeService):
     def _started(self, event: StreamStarted) -> None:
         assert self.store is not None and self._runtime is not None
         location = self._location_of(event.query_id)
-        if location is None:
-            return  # its session has spark-steward off (or the query keeps no checkpoint)
+        with self._lock:
+            if location is None:
+                # Its location comes later, or never: spark-steward is off in its session.
+                self._waiting[event.query_id] = event
+                return
+            self._waiting.pop(event.query_id, None)
         now = time.time()
         earlier = self.store.records.read(event.query_id) if valid_query_id(event.query_id) \
             else None
@@ -151,6 +165,7 @@ class StreamService(RuntimeService):
 
     def _terminated(self, event: StreamTerminated) -> None:
         with self._lock:
+            self._waiting.pop(event.query_id, None)
             record = self._records.get(event.query_id)
         if record is None or record.run_id != event.run_id:
             return
@@ -163,8 +178,10 @@ class StreamService(RuntimeService):
         with self._lock:
             if running:
                 self._records[record.query_id] = record
+                self._ended.pop(record.query_id, None)
             else:
                 self._records.pop(record.query_id, None)
+                self._ended[record.query_id] = record
             self._written[record.query_id] = time.time()
         try:
             self.store.records.write(record)
@@ -202,18 +219,20 @@ class StreamService(RuntimeService):
         last_temps = time.monotonic()
         while not self._stop.wait(interval):
             with self._lock:
-                running = list(self._records.values())
+                owned = [(r, True) for r in self._records.values()]
+                owned += [(r, False) for r in self._ended.values()]
             temps_due = time.monotonic() - last_temps >= horizon
-            for record in running:
+            for record, running in owned:
+                if temps_due and running:
+                    self._submit("clean", record, active=True)
+                    continue
                 try:
                     pending = Location(record.location, self.store.options).pending_intents()
                 except StewardError as exc:
                     log.debug("could not list the intents of %s: %s", record.location, exc)
                     continue
-                if temps_due:
-                    self._submit("clean", record, active=True)
-                elif pending:
-                    self._submit("retry", record, active=True)
+                if pending:
+                    self._submit("retry", record, active=running)
             if temps_due:
                 last_temps = time.monotonic()
 

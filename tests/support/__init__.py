@@ -1,0 +1,1 @@
+"""Helpers several test tiers and the benchmarks share (never shipped)."""
