@@ -204,6 +204,17 @@ class ClassPath:
                 todo.append(info.super_name)
 
 
+#: Shim classes Spark loads only on some lines, and the Spark class whose presence selects them
+#: (the shim picks them by the same class: StreamFiles.install). On a line without it, the
+#: class is never loaded, so its links are not checked there; on a line with it, they are.
+LINE_SPECIFIC = {
+    "io/sparksteward/shim/StreamCheckpointFiles":
+        "org/apache/spark/sql/execution/streaming/checkpointing/CheckpointFileManager",
+    "io/sparksteward/shim/StreamCheckpointFilesV40":
+        "org/apache/spark/sql/execution/streaming/CheckpointFileManager",
+}
+
+
 def _external(name: str) -> bool:
     return not name.startswith("[") and not name.startswith(OWN_PACKAGE) and \
         not name.startswith(JDK_PREFIXES)
@@ -217,6 +228,8 @@ def link_problems(shim_jar: Path, jars_dir: Path) -> tuple[list[str], int]:
     for own in path.names(OWN_PACKAGE):
         info = path.get(own)
         assert info is not None
+        if own in LINE_SPECIFIC and path.get(LINE_SPECIFIC[own]) is None:
+            continue  # never loaded on this line
         for cls in info.classes:
             cls = cls.lstrip("[")
             if cls.startswith("L"):

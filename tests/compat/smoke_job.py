@@ -187,6 +187,50 @@ def local_state(spark: SparkSession, found: dict[str, Any]) -> None:
 
 # -- application records --------------------------------------------------------------------------
 
+# -- streaming checkpoint locations ---------------------------------------------------------------
+
+def streams(spark: SparkSession, work: Path, found: dict[str, Any]) -> None:
+    import time
+    import uuid
+
+    from spark_steward.streams.service import StreamService
+
+    runtime = spark_steward.runtime(spark)
+    service = runtime.service(StreamService)
+    session = spark.newSession()
+    for key, value in {"spark.sql.shuffle.partitions": "4",
+                       "spark.sql.streaming.minBatchesToRetain": "2",
+                       "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+                       "spark.sql.streaming.stateStore.maintenanceInterval": "300ms"}.items():
+        session.conf.set(key, value)
+    found["manager"] = session.conf.get("spark.sql.streaming.checkpointFileManagerClass")
+    location = work / "stream"
+    rate = session.readStream.format("rate").option("rowsPerSecond", 100).load()
+    query = (rate.groupBy((rate.value % 4).alias("k")).count().writeStream.format("memory")
+             .queryName("compat_counts").outputMode("complete")
+             .trigger(processingTime="200 milliseconds")
+             .option("checkpointLocation", str(location)).start())
+    deadline = time.monotonic() + 120
+    while (query.lastProgress is None or query.lastProgress["batchId"] < 6) \
+            and time.monotonic() < deadline and query.exception() is None:
+        time.sleep(0.2)
+    runtime.flush_events()
+    found["running"] = [[s.record.query_id == str(query.id), s.state.value]
+                        for s in spark_steward.streams.ls()]
+    temp = location / "offsets" / f".99.{uuid.uuid4()}.tmp"
+    temp.write_text("a write cut short")
+    query.stop()
+    runtime.flush_events()
+    assert service.cleaner is not None and service.store is not None
+    found["cleaner_idle"] = service.cleaner.wait_idle(30.0)
+    found["stopped"] = [s.state.value for s in spark_steward.streams.ls()]
+    found["temp_swept"] = not temp.exists()
+    found["offsets_kept"] = len(list((location / "offsets").iterdir()))
+    service.store.drop_grace = 0.0
+    found["dropped_files"] = spark_steward.streams.drop("compat_counts").files
+    found["location_after_drop"] = location.exists()
+
+
 def status(storage_url: str, app_id: str) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "status", "--storage",
                           storage_url, "--json"], capture_output=True, text=True, timeout=60)
@@ -219,6 +263,8 @@ def main() -> None:
         cached_tables(spark, found)
     with section(report, "local_state") as found:
         local_state(spark, found)
+    with section(report, "streams") as found:
+        streams(spark, work, found)
     with section(report, "records") as found:
         record = status(storage_url, sc.applicationId)
         found["running"] = [record["state"], record["name"], record["pid"] == os.getpid()]
