@@ -28,7 +28,7 @@ _QUERY_ID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-
 
 
 def valid_query_id(value: object) -> bool:
-    return isinstance(value, str) and bool(_QUERY_ID.match(value))
+    return isinstance(value, str) and bool(_QUERY_ID.fullmatch(value))
 
 
 class StreamState(enum.Enum):
@@ -66,7 +66,8 @@ class StreamRecord:
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "StreamRecord":
         """Raises ValueError naming the field that is missing or malformed."""
-        if not isinstance(body, Mapping) or body.get("format") != 1:
+        if not isinstance(body, Mapping) or type(body.get("format")) is not int \
+                or body.get("format") != 1:
             raise ValueError("not a stream record of format 1")
 
         def text(key: str, optional: bool = False) -> Any:
@@ -138,7 +139,7 @@ def temp_sweepable(name: str, modified: float | None, *, now: float, query_activ
     """Whether a file is a temp file Spark left behind that may go: named like Spark's atomic
     writes, and either no run of its query is active or it is older than ``horizon`` (no
     atomic write takes that long)."""
-    if not SPARK_TEMP.match(name):
+    if not SPARK_TEMP.fullmatch(name):
         return False
     if not query_active:
         return True

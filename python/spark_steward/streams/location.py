@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import posixpath
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,8 @@ log = logging.getLogger(__name__)
 
 _SCHEMES = {"s3a": "s3", "s3n": "s3", "gs": "gs", "wasbs": "abfs", "abfss": "abfs"}
 _MAX_INTENT_BYTES = 64 << 10
+#: Backslashes (which Storage reads as separators), NUL and other control characters.
+_BAD_CHARACTERS = re.compile(r"[\\\x00-\x1f\x7f]")
 
 
 def fsspec_url(location: str) -> str:
@@ -72,8 +76,8 @@ class Location:
             found.bytes += entry.size
             if entry.modified is not None:
                 found.newest = max(found.newest or 0.0, entry.modified)
-            if entry.path.startswith(INTENTS_FOLDER + "/") \
-                    and not posixpath.basename(entry.path).startswith("."):
+            folder, name = posixpath.split(entry.path)
+            if folder == INTENTS_FOLDER and name.endswith(".json") and not name.startswith("."):
                 found.intents += 1
                 continue
             if temp_sweepable(posixpath.basename(entry.path), entry.modified, now=now,
@@ -98,20 +102,54 @@ class Location:
     def retry_intents(self) -> int:
         """Retries every recorded failed delete; returns how many it settled. Raises
         StorageError at the first that still fails (the caller's retry strategy waits)."""
-        names = self.pending_intents()
-        for name in names:
+        if not self._resolves_inside(INTENTS_FOLDER, exact=True):
+            log.warning("ignoring %s/%s: it leads outside the location (a symlink)",
+                        self.location, INTENTS_FOLDER)
+            return 0
+        settled = 0
+        for name in self.pending_intents():
             intent = f"{INTENTS_FOLDER}/{name}"
-            target = self._target_of(intent)
+            try:
+                target = self._target_of(intent)
+            except FileNotFoundError:
+                continue  # settled meanwhile by another cleaner
             if target is not None:
-                self.storage.delete(target)  # idempotent; raises while the storage fails
-                self.storage.delete(checksum_sidecar(target))
+                self._delete_file(target)  # idempotent; raises while the storage fails
+                self._delete_file(checksum_sidecar(target))
                 log.info("deleted %s/%s, which Spark's delete had left", self.location, target)
             self.storage.delete(intent)
-        return len(names)
+            settled += 1
+        return settled
+
+    def _delete_file(self, rel: str) -> None:
+        """Deletes ``rel``; a symlink (also a dangling one) is removed itself, never followed."""
+        if self.storage.is_local and os.path.islink(self.storage.path(rel)):
+            try:
+                os.unlink(self.storage.path(rel))
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise StorageError(f"could not delete {self.location}/{rel}: {exc}") from exc
+            return
+        self.storage.delete(rel)
+
+    def _resolves_inside(self, rel: str, *, exact: bool = False) -> bool:
+        """On a local file system, whether ``rel`` (its folder, or itself with ``exact``) is
+        still inside the location once symlinks are resolved; always true elsewhere."""
+        if not self.storage.is_local:
+            return True
+        root = os.path.realpath(self.storage.root)
+        target = self.storage.path(rel) if exact else os.path.dirname(self.storage.path(rel))
+        real = os.path.realpath(target)
+        wanted = os.path.join(root, rel) if exact else None
+        if wanted is not None:
+            return not os.path.lexists(target) or real == wanted
+        return real == root or real.startswith(root + os.sep)
 
     def _target_of(self, intent: str) -> str | None:
         """The relative path an intent names; None (the intent is dropped, logged) when it is
-        unreadable or names anything outside the location's Spark files."""
+        unreadable or names anything outside the location's Spark files. FileNotFoundError
+        when the intent vanished (settled by another cleaner)."""
         try:
             data = self.storage.read_bytes(intent)
             if len(data) > _MAX_INTENT_BYTES:
@@ -119,13 +157,16 @@ class Location:
             path = json.loads(data)["path"]
             if not isinstance(path, str):
                 raise ValueError(f"path is {type(path).__name__}")
+        except FileNotFoundError:
+            raise
         except (StorageError, ValueError, KeyError, TypeError) as exc:
             log.warning("dropping the unreadable delete intent %s/%s: %s", self.location,
                         intent, exc)
             return None
         parts = path.split("/")
         if (not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts)
-                or parts[0] == OWN_FOLDER):
+                or parts[0] == OWN_FOLDER or _BAD_CHARACTERS.search(path)
+                or not self._resolves_inside(path)):
             log.warning("dropping the delete intent %s/%s: it names %r, not a file of the "
                         "location", self.location, intent, path[:200])
             return None

@@ -36,10 +36,14 @@ class StreamRegistry:
         if not self.storage.exists(path):
             return None
         try:
-            return StreamRecord.from_json(self.storage.read_record(path))
+            record = StreamRecord.from_json(self.storage.read_record(path))
         except (StewardError, ValueError) as exc:
             raise StreamError(f"stream record {self.storage.url_of(path)} is unreadable: "
                               f"{exc}") from exc
+        if record.query_id != query_id:
+            raise StreamError(f"stream record {self.storage.url_of(path)} names query "
+                              f"{record.query_id}, not {query_id}")
+        return record
 
     def all(self) -> Iterator[StreamRecord]:
         """Every readable record; an unreadable one is logged and skipped (never deleted)."""
