@@ -137,7 +137,8 @@ def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     driver.write_text(DRIVER)
     out = root / "classes"
     classpath = os.pathsep.join(sorted(glob.glob(str(shim_build.find_spark_jars() / "*.jar"))))
-    sources = [str(p) for p in SOURCES.rglob("*.java")] + [str(driver)]
+    stubs = shim_build.stubs_dir(SOURCES)
+    sources = [str(p) for p in [*SOURCES.rglob("*.java"), *stubs.rglob("*.java")]] + [str(driver)]
     subprocess.run([javac, "--release", "17", "-nowarn", "-cp", classpath, "-d", str(out),
                     *sources], check=True, capture_output=True, text=True)
     return out

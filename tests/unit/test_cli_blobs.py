@@ -355,7 +355,8 @@ def test_collectors_run_in_order(capsys: pytest.CaptureFixture[str], world: Worl
                                                cli.Collector("later", later)])
     code, data, _ = _gc(capsys, world)
     assert code == 0 and seen == ["later"]
-    assert [c["name"] for c in data["collectors"]] == ["blobs", "checkpoints", "caches", "later"]
+    assert [c["name"] for c in data["collectors"]] == ["blobs", "checkpoints", "caches", "streams",
+                                                     "later"]
 
 
 # -- progress ----------------------------------------------------------------------------------

@@ -269,7 +269,7 @@ def _gc(capsys: pytest.CaptureFixture[str], world: World, *extra: str
         extra = (*extra, "--shared-retention", "0")
     code, out, _ = _run(capsys, "gc", "--storage", world.url, "--json", *extra)
     data = json.loads(out)
-    assert [c["name"] for c in data["collectors"]][-1] == "caches"
+    assert [c["name"] for c in data["collectors"]][-2:] == ["caches", "streams"]
     (report,) = [c for c in data["collectors"] if c["name"] == "caches"]
     return code, dict(report, ok=data["ok"], dry_run=data["dry_run"])
 

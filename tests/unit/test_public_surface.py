@@ -20,7 +20,8 @@ def _in_fresh_interpreter(code: str) -> dict[str, object]:
 
 
 def test_every_public_name_is_reachable_from_the_package() -> None:
-    assert set(PUBLIC_CALLS) | {"blobs", "local", "__version__"} == set(spark_steward.__all__)
+    modules = {"blobs", "local", "streams", "__version__"}
+    assert set(PUBLIC_CALLS) | modules == set(spark_steward.__all__)
     for name in spark_steward.__all__:
         assert getattr(spark_steward, name) is not None, name
 

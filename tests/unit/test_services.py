@@ -49,13 +49,13 @@ def built_ins() -> list[Point]:
 def test_the_installed_package_registers_every_built_in_in_start_order(
         fresh_registry: None) -> None:
     names = [service.name for service in build_services()]
-    assert names == ["local", "blobs", "checkpoints", "tables"]
+    assert names == ["local", "blobs", "checkpoints", "tables", "streams"]
 
 
 def test_missing_built_ins_fail_attach_with_the_fix(fresh_registry: None,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     with_points(monkeypatch, Point("local", Fake))
-    with pytest.raises(SetupError, match="blobs, checkpoints, tables are not registered.*"
+    with pytest.raises(SetupError, match="blobs, checkpoints, tables, streams are not registered.*"
                                          "pip install"):
         services.discover()
 

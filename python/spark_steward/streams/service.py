@@ -52,7 +52,7 @@ def describe_key(key: Key) -> str:
 
 class StreamService(RuntimeService):
     name: ClassVar[str] = "streams"
-    rank: ClassVar[int] = 40
+    rank: ClassVar[int] = 50
 
     def __init__(self) -> None:
         self.store: StreamStore | None = None

@@ -67,7 +67,7 @@ public final class FaultyCheckpointFiles implements CheckpointFileManager {
     String pid = java.lang.management.ManagementFactory.getRuntimeMXBean().getName().split("@")[0];
     String body = "creates " + CREATES.get() + "\nopens " + OPENS.get() + "\nlists " + LISTS.get()
         + "\nexists " + EXISTS.get() + "\ndeletes " + DELETES.get() + "\nmkdirs " + MKDIRS.get()
-        + "\n";
+        + "\nsteward " + stewardOperations() + "\n";
     try {
       java.nio.file.Path tmp = Paths.get(dir, ".ops-" + pid + ".tmp");
       Files.write(tmp, body.getBytes(StandardCharsets.UTF_8));
@@ -76,6 +76,18 @@ public final class FaultyCheckpointFiles implements CheckpointFileManager {
           java.nio.file.StandardCopyOption.ATOMIC_MOVE);
     } catch (IOException | RuntimeException ignored) {
       // a missing faults dir: nothing to report to
+    }
+  }
+
+  /** spark-steward's own file-system calls in this JVM (StreamFiles.OWN_OPERATIONS), 0 without it. */
+  private static long stewardOperations() {
+    try {
+      java.lang.reflect.Field field = Class.forName("io.sparksteward.shim.StreamFiles")
+          .getDeclaredField("OWN_OPERATIONS");
+      field.setAccessible(true);
+      return ((AtomicLong) field.get(null)).get();
+    } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
+      return 0;
     }
   }
 
