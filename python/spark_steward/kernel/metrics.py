@@ -29,6 +29,7 @@ GAUGES = (
     "blobs.held", "blobs.bytes",
     "tables.cached", "tables.bytes",
     "checkpoints.pending", "checkpoints.completed", "checkpoints.marked_for_deletion",
+    "streams.running",
     "cleanup.pending", "cleanup.given_up",
 )
 #: Running totals since the application started (Dropwizard counters).

@@ -11,6 +11,7 @@ files of killed tasks every ``streams.temp-horizon``) and cleans a location once
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -20,8 +21,7 @@ from spark_steward.applications import CleanupBacklog
 from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
 from spark_steward.config import (CLEANUP_SHUTDOWN_TIMEOUT, STREAMS_ABANDONED_AFTER,
                                   STREAMS_DELEGATE_CLASS, STREAMS_DROP_GRACE,
-                                  STREAMS_SWEEP_INTERVAL,
-                                  STREAMS_TEMP_HORIZON)
+                                  STREAMS_SWEEP_INTERVAL, STREAMS_TEMP_HORIZON)
 from spark_steward.errors import StewardError
 from spark_steward.kernel import jvm
 from spark_steward.kernel.events import (StreamLocation, StreamProgress, StreamStarted,
@@ -42,7 +42,8 @@ DELEGATE_KEY = STREAMS_DELEGATE_CLASS.name
 #: Progress events come once per micro-batch; the record is rewritten at most this often.
 HEARTBEAT_EVERY = 10.0
 
-#: A cleaner key: (what, query id) with what in "clean", "sweep", "drop".
+#: A cleaner key: (what, query id); "clean" retries intents and sweeps temp files, "retry" only
+#: retries intents, "drop" finishes a recorded drop.
 Key = tuple[str, str]
 
 
@@ -262,8 +263,6 @@ class StreamService(RuntimeService):
 
 def _metadata_id(location: str, options: dict[str, Any]) -> str | None:
     """The query id in ``<location>/metadata`` (``{"id": "..."}``), or None."""
-    import json
-
     try:
         data = Location(location, options).storage.read_bytes("metadata")
         value = json.loads(data.splitlines()[0] if data else b"{}").get("id")

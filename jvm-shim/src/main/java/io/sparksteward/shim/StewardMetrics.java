@@ -33,6 +33,7 @@ final class StewardMetrics {
     "blobs.held", "blobs.bytes",
     "tables.cached", "tables.bytes",
     "checkpoints.pending", "checkpoints.completed", "checkpoints.marked_for_deletion",
+    "streams.running",
     "cleanup.pending", "cleanup.given_up",
   };
 
