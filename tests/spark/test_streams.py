@@ -227,3 +227,19 @@ def test_a_session_with_spark_steward_off_records_nothing(
     query.stop()
     runtime.flush_events()
     assert "off" not in {s.record.name for s in spark_steward.streams.ls()}
+
+
+@pytest.mark.parametrize("delegate", ["io.sparksteward.shim.StreamCheckpointFiles",
+                                      "io.sparksteward.shim.StreamCheckpointFilesV40"])
+def test_a_delegate_naming_spark_stewards_own_manager_falls_back_to_sparks_default(
+        spark: Any, runtime: Any, tmp_path: Path, stop_queries: list[Any], delegate: str) -> None:
+    """Ours (or another line's, from a copied spark-defaults.conf) as the delegate would call
+    itself or fail to load: Spark's default manager is used instead."""
+    location = tmp_path / "ckpt"
+    session = _session(spark, {"spark.steward.streams.delegate-class": delegate})
+    query = _start(session, location, f"self_{delegate.rsplit('.', 1)[1]}")
+    stop_queries.append(query)
+    _wait_batches(query, 2)
+    query.stop()
+    runtime.flush_events()
+    assert _status(f"self_{delegate.rsplit('.', 1)[1]}").state is StreamState.STOPPED

@@ -98,11 +98,17 @@ final class StreamFiles {
     }
     SparkConf conf = sc.conf();
     String current = conf.get(CLASS_KEY, "").trim();
-    if (!current.isEmpty() && !current.equals(ours) && !conf.contains(DELEGATE_KEY)) {
+    if (!current.isEmpty() && !ownManager(current) && !conf.contains(DELEGATE_KEY)) {
       conf.set(DELEGATE_KEY, current);
     }
     conf.set(CLASS_KEY, ours);
     return ours;
+  }
+
+  /** Whether {@code className} is one of spark-steward's managers, of this line or another
+   *  (a spark-defaults.conf copied between clusters). */
+  static boolean ownManager(String className) {
+    return className.startsWith(StreamCheckpointFiles.class.getName());
   }
 
   private static boolean flag(Configuration conf, String key) {
@@ -113,7 +119,7 @@ final class StreamFiles {
   static Configuration delegateConf(Configuration conf) {
     Configuration copy = new Configuration(conf);
     String theirs = conf.get(DELEGATE_KEY, "").trim();
-    if (theirs.isEmpty()) {
+    if (theirs.isEmpty() || ownManager(theirs)) {  // ours (any line's) would call itself
       copy.unset(CLASS_KEY);
     } else {
       copy.set(CLASS_KEY, theirs);
