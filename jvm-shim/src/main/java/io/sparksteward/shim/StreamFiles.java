@@ -108,7 +108,8 @@ final class StreamFiles {
   /** Whether {@code className} is one of spark-steward's managers, of this line or another
    *  (a spark-defaults.conf copied between clusters). */
   static boolean ownManager(String className) {
-    return className.startsWith(StreamCheckpointFiles.class.getName());
+    // A name, not StreamCheckpointFiles.class: loading that class fails before Spark 4.1.
+    return className.startsWith("io.sparksteward.shim.StreamCheckpointFiles");
   }
 
   private static boolean flag(Configuration conf, String key) {
