@@ -540,7 +540,6 @@ def _collect_local(registry: "ApplicationRegistry", args: argparse.Namespace,
     return collect_garbage(args.local_dir, registry, dry_run=args.dry_run, progress=progress)
 
 
-#: What ``gc`` collects, in order.
 def _collect_streams(registry: "ApplicationRegistry", args: argparse.Namespace,
                      progress: "Progress | None") -> "GcReport":
     from spark_steward.streams.gc import collect_streams
@@ -548,10 +547,11 @@ def _collect_streams(registry: "ApplicationRegistry", args: argparse.Namespace,
     return collect_streams(_stream_store(args), dry_run=args.dry_run, progress=progress)
 
 
+#: What ``gc`` collects, in order.
 GC_COLLECTORS: list[Collector] = [Collector("blobs", _collect_blobs),
                                   Collector("checkpoints", _collect_checkpoints, "item"),
                                   Collector("caches", _collect_caches, "item"),
-                                  Collector("streams", _collect_streams, "file")]
+                                  Collector("streams", _collect_streams, "location")]
 #: Collected too when ``--local-dir`` names this host's working dir.
 LOCAL_COLLECTOR = Collector("local", _collect_local)
 
