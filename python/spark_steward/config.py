@@ -385,6 +385,25 @@ STREAMS_SWEEP_INTERVAL = _key(
     "spark.steward.streams.sweep-interval", DURATION, "1min",
     "How often the driver retries the recorded failed deletes of running queries' locations "
     "(and always at a query's end, at attach and in `spark-steward gc`).", minimum=0.01)
+STREAMS_PACK_ENABLED = _key(
+    "spark.steward.streams.pack.enabled", BOOL, "false",
+    "Packs the old immutable files of running queries' checkpoint locations (offsets, commits, "
+    "HDFS state store deltas and snapshots of committed batches) into few physical files after "
+    "each batch (FLIP-306); Spark still sees every file through spark-steward's checkpoint file "
+    "manager. A packed location needs spark-steward (or `spark-steward streams unpack`) to be "
+    "read again. Application-wide.")
+STREAMS_PACK_KEEP_BATCHES = _key(
+    "spark.steward.streams.pack.keep-batches", INT, "1",
+    "Files of the last this many committed batches stay loose (a committed batch never runs "
+    "again, so 0 would be safe; 1 leaves the batch Spark may still be reading).", minimum=0)
+STREAMS_PACK_GRACE = _key(
+    "spark.steward.streams.pack.grace", DURATION, "10s",
+    "A pack's loose copies are removed this long after the pack became visible; longer than "
+    "the 2 s a JVM caches its view of the packs, so no listing misses a file.", minimum=3)
+STREAMS_PACK_MAX_MEMBER = _key(
+    "spark.steward.streams.pack.max-member", SIZE, "4m",
+    "Files larger than this stay loose (they are few, and a packed file is read whole into "
+    "memory when opened).", minimum=0)
 CLEANUP_STRATEGY = _key(
     "spark.steward.cleanup-strategy", STRING, "exponential-delay",
     "How failed cleanups (checkpoint discards) are retried, as Flink's `cleanup-strategy`: "

@@ -7,6 +7,8 @@ failed deletes and temp files of locations no run holds. While queries run it re
 location at start (``stream_location`` from the manager joined with Spark's QueryStartedEvent),
 keeps a heartbeat from progress, retries failed deletes every ``streams.sweep-interval`` (temp
 files of killed tasks every ``streams.temp-horizon``) and cleans a location once its run ends.
+With ``streams.pack.enabled`` it packs each running query's old files after every batch
+(``packer.py``), on a thread of its own so neither Spark's listener nor the cleanup waits.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from spark_steward.applications import CleanupBacklog
 from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
 from spark_steward.config import (CLEANUP_SHUTDOWN_TIMEOUT, STREAMS_ABANDONED_AFTER,
                                   STREAMS_DELEGATE_CLASS, STREAMS_DROP_GRACE,
+                                  STREAMS_PACK_ENABLED, STREAMS_PACK_GRACE,
+                                  STREAMS_PACK_KEEP_BATCHES, STREAMS_PACK_MAX_MEMBER,
                                   STREAMS_SWEEP_INTERVAL, STREAMS_TEMP_HORIZON)
 from spark_steward.errors import StewardError
 from spark_steward.kernel import jvm
@@ -30,6 +34,7 @@ from spark_steward.kernel.runtime import RuntimeService
 from spark_steward.kernel.session import active_session
 from spark_steward.lifecycle.streams import StreamRecord, StreamState, valid_query_id
 from spark_steward.streams.location import Location
+from spark_steward.streams.packer import Packer
 from spark_steward.streams.store import StreamStore
 
 if TYPE_CHECKING:
@@ -73,6 +78,11 @@ class StreamService(RuntimeService):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.manager_class: str | None = None
+        self._pack = False
+        self._packers: dict[str, Packer] = {}  # query id -> the packer of its running location
+        self._pack_due: set[str] = set()
+        self._pack_wake = threading.Event()
+        self._pack_thread: threading.Thread | None = None
 
     @property
     def runtime(self) -> "DriverRuntime | None":
@@ -102,6 +112,11 @@ class StreamService(RuntimeService):
         self._thread = threading.Thread(target=self._sweep_loop, args=(interval,),
                                         name="steward-streams", daemon=True)
         self._thread.start()
+        self._pack = conf.get(STREAMS_PACK_ENABLED)
+        if self._pack:
+            self._pack_thread = threading.Thread(target=self._pack_loop, name="steward-packer",
+                                                 daemon=True)
+            self._pack_thread.start()
 
     # -- events ------------------------------------------------------------------------------
 
@@ -163,6 +178,10 @@ class StreamService(RuntimeService):
                 time.time() - self._written.get(event.query_id, 0.0) >= HEARTBEAT_EVERY
         if record is not None and due:
             self._write(record.progressed(time.time()))
+        if self._pack and record is not None and record.run_id == event.run_id:
+            with self._lock:
+                self._pack_due.add(event.query_id)
+            self._pack_wake.set()
 
     def _terminated(self, event: StreamTerminated) -> None:
         with self._lock:
@@ -178,10 +197,14 @@ class StreamService(RuntimeService):
         assert self.store is not None
         with self._lock:
             if running:
+                if self._records.get(record.query_id, record).run_id != record.run_id:
+                    self._packers.pop(record.query_id, None)
                 self._records[record.query_id] = record
                 self._ended.pop(record.query_id, None)
             else:
                 self._records.pop(record.query_id, None)
+                self._packers.pop(record.query_id, None)
+                self._pack_due.discard(record.query_id)
                 self._ended[record.query_id] = record
             self._written[record.query_id] = time.time()
         try:
@@ -236,6 +259,47 @@ class StreamService(RuntimeService):
                     self._submit("retry", record, active=running)
             if temps_due:
                 last_temps = time.monotonic()
+
+    # -- packing -----------------------------------------------------------------------------
+
+    def _pack_loop(self) -> None:
+        """Packs each running query's location after its batches; at most one cycle a second
+        per query, and only while this application runs it."""
+        assert self._runtime is not None and self.store is not None
+        conf = self._runtime.conf
+        while not self._stop.is_set():
+            self._pack_wake.wait(5.0)
+            self._pack_wake.clear()
+            with self._lock:
+                due = [(qid, self._records[qid]) for qid in self._pack_due if qid in self._records]
+                self._pack_due.clear()
+            for qid, record in due:
+                if self._stop.is_set():
+                    return
+                with self._lock:
+                    packer = self._packers.get(qid)
+                if packer is None:
+                    try:
+                        packer = Packer(Location(record.location, self.store.options),
+                                        keep=conf.get(STREAMS_PACK_KEEP_BATCHES),
+                                        grace=conf.get(STREAMS_PACK_GRACE),
+                                        max_member=conf.get(STREAMS_PACK_MAX_MEMBER))
+                    except StewardError as exc:
+                        log.warning("cannot pack %s: %s", record.location, exc)
+                        continue
+                    with self._lock:
+                        current = self._records.get(qid)
+                        if current is None or current.run_id != record.run_id:
+                            continue  # ended meanwhile
+                        self._packers[qid] = packer
+                try:
+                    result = packer.cycle()
+                except (StewardError, OSError) as exc:
+                    log.warning("packing %s failed (the next batch retries): %s",
+                                record.location, exc)
+                    continue
+                log.debug("packed %s: %s", record.location, result)
+            self._stop.wait(1.0)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ import org.apache.spark.sql.execution.streaming.CheckpointFileManager;
 
 /**
  * The streaming checkpoint file manager for Spark 3.5 and 4.0 (the trait in
- * {@code ...execution.streaming}); {@link StreamFiles} holds what it adds. Spark constructs it
+ * {@code ...execution.streaming}); {@link StreamFiles} holds what it adds
+ * (retried deletes, packs served). Spark constructs it
  * by name with {@code (Path, Configuration)}.
  */
 public final class StreamCheckpointFilesV40 implements CheckpointFileManager {
@@ -23,22 +24,23 @@ public final class StreamCheckpointFilesV40 implements CheckpointFileManager {
 
   @Override
   public CancellableFSDataOutputStream createAtomic(Path path, boolean overwriteIfPossible) {
+    files.refuseExisting(path, overwriteIfPossible);
     return delegate.createAtomic(path, overwriteIfPossible);
   }
 
   @Override
   public FSDataInputStream open(Path path) {
-    return delegate.open(path);
+    return files.open(path, () -> delegate.open(path));
   }
 
   @Override
   public FileStatus[] list(Path path, PathFilter filter) {
-    return delegate.list(path, filter);
+    return files.list(path, filter, () -> delegate.list(path, filter));
   }
 
   @Override
   public FileStatus[] list(Path path) {
-    return delegate.list(path);
+    return files.list(path, null, () -> delegate.list(path));
   }
 
   @Override
@@ -48,7 +50,7 @@ public final class StreamCheckpointFilesV40 implements CheckpointFileManager {
 
   @Override
   public boolean exists(Path path) {
-    return delegate.exists(path);
+    return files.exists(path, () -> delegate.exists(path));
   }
 
   @Override

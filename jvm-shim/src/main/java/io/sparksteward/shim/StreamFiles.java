@@ -1,25 +1,35 @@
 package io.sparksteward.shim;
 
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.Deque;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.BooleanSupplier;
+import java.util.function.Supplier;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileAlreadyExistsException;
+import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.PathFilter;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkContext;
 import org.slf4j.Logger;
@@ -41,6 +51,9 @@ import org.slf4j.LoggerFactory;
  *       next file instead of stopping at the first failure. When not even the intent can be
  *       written (the storage is down), the original failure is thrown as before and the intent
  *       is written with a later delete of this JVM.
+ *   <li><b>Packs served.</b> Old immutable files the driver packed (FLIP-306, {@link
+ *       StreamPacks}) are listed, found, opened and deleted as if they were loose, whether or not
+ *       spark-steward is on for the session: a packed location is only readable this way.
  *   <li><b>The location, announced.</b> On the driver, the manager of a query's {@code offsets}
  *       log sends {@code stream_location [root, query id]} to Python, which registers the
  *       location with the query's start event.
@@ -128,8 +141,150 @@ final class StreamFiles {
     return copy;
   }
 
-  /** Runs Spark's delete; turns a failed or ineffective one into a durable intent. */
+  // -- packs ------------------------------------------------------------------------------------
+
+  private static final Pattern LOG_FILE = Pattern.compile("^\\d{1,18}$");
+  private static final Pattern STATE_FILE = Pattern.compile("^\\d{1,18}\\.(delta|snapshot)$");
+  private static final Pattern DIGITS = Pattern.compile("^\\d{1,9}$");
+  private static final Pattern STORE_NAME = Pattern.compile("^[A-Za-z0-9_.-]{1,200}$");
+  private static final Pattern BAD_CHARACTERS = Pattern.compile("[\\\\\\x00-\\x1f\\x7f]");
+
+  /** Whether a pack may hold {@code rel}; the same rule as {@code lifecycle/packs.py}. */
+  static boolean packable(String rel) {
+    if (rel.isEmpty() || rel.startsWith("/") || BAD_CHARACTERS.matcher(rel).find()) {
+      return false;
+    }
+    String[] parts = rel.split("/", -1);
+    if (parts.length == 2 && ("offsets".equals(parts[0]) || "commits".equals(parts[0]))) {
+      return LOG_FILE.matcher(parts[1]).matches();
+    }
+    return "state".equals(parts[0]) && (parts.length == 4 || parts.length == 5)
+        && DIGITS.matcher(parts[1]).matches() && DIGITS.matcher(parts[2]).matches()
+        && (parts.length == 4 || STORE_NAME.matcher(parts[3]).matches()
+            && !".".equals(parts[3]) && !"..".equals(parts[3]))
+        && STATE_FILE.matcher(parts[parts.length - 1]).matches();
+  }
+
+  private StreamPacks packs() {
+    Path location = root();
+    return location == null ? null : StreamPacks.of(location, conf);
+  }
+
+  /** Spark's listing of {@code dir} with the live packed files in it. */
+  FileStatus[] list(Path dir, PathFilter filter, Supplier<FileStatus[]> loose) {
+    FileStatus[] found = null;
+    Exception missing = null;
+    try {
+      found = loose.get();  // loose first, packs second: see StreamPacks
+    } catch (Exception e) {  // Scala throws IOException undeclared
+      if (!(e instanceof FileNotFoundException)) {
+        throw sneaky(e);
+      }
+      missing = e;
+    }
+    StreamPacks packs = packs();
+    String folder = packs == null ? null : relative(packs.root(), dir);
+    List<StreamPacks.Member> members;
+    try {
+      members = folder == null ? Collections.emptyList() : packs.in(folder);
+    } catch (IOException e) {
+      throw sneaky(e);
+    }
+    if (members.isEmpty()) {
+      if (missing != null) {
+        throw sneaky(missing);
+      }
+      return found;
+    }
+    List<FileStatus> out = new ArrayList<>();
+    Set<String> names = new HashSet<>();
+    if (found != null) {
+      out.addAll(Arrays.asList(found));
+      for (FileStatus s : found) {
+        names.add(s.getPath().getName());
+      }
+    }
+    for (StreamPacks.Member m : members) {
+      String name = m.rel.substring(m.rel.lastIndexOf('/') + 1);
+      Path file = new Path(dir, name);
+      if (!names.contains(name) && (filter == null || filter.accept(file))) {
+        out.add(new FileStatus(m.length, false, 1, 4096, m.mtime, file));
+      }
+    }
+    return out.toArray(new FileStatus[0]);
+  }
+
+  /** Spark's exists, true also for a live packed file. */
+  boolean exists(Path file, BooleanSupplier loose) {
+    if (loose.getAsBoolean()) {
+      return true;
+    }
+    try {
+      return packed(file, false) != null;
+    } catch (IOException e) {
+      throw sneaky(e);
+    }
+  }
+
+  /** Spark's open; a file only in a pack is served from it, checked against its crc32c. */
+  FSDataInputStream open(Path file, Supplier<FSDataInputStream> loose) {
+    try {
+      return loose.get();
+    } catch (Exception e) {
+      if (!(e instanceof FileNotFoundException)) {
+        throw sneaky(e);
+      }
+      try {
+        for (int attempt = 0; attempt < 2; attempt++) {
+          StreamPacks.Member m = packed(file, attempt > 0);
+          if (m != null) {
+            try {
+              return StreamPacks.stream(packs().read(m));
+            } catch (FileNotFoundException gone) {
+              // its pack was deleted since the view: every member was dead then; read again
+            }
+          }
+        }
+      } catch (IOException io) {
+        throw sneaky(io);
+      }
+      throw sneaky(e);
+    }
+  }
+
+  /** Refuses to create over a live packed file unless Spark asked to overwrite. */
+  void refuseExisting(Path file, boolean overwrite) {
+    if (overwrite) {
+      return;
+    }
+    try {
+      if (packed(file, false) != null) {
+        throw sneaky(new FileAlreadyExistsException(file + " already exists (in a spark-steward "
+            + "pack of the checkpoint location)"));
+      }
+    } catch (IOException e) {
+      throw sneaky(e);
+    }
+  }
+
+  private StreamPacks.Member packed(Path file, boolean fresh) throws IOException {
+    StreamPacks packs = packs();
+    String rel = packs == null ? null : relative(packs.root(), file);
+    return rel == null || !packable(rel) ? null : packs.live(rel, fresh);
+  }
+
+  /** Runs Spark's delete; turns a failed or ineffective one into a durable intent. A packed
+   *  copy of the file dies with it. */
   void delete(Path target, Runnable delete) {
+    StreamPacks packs = packs();
+    String packedRel = packs == null ? null : relative(packs.root(), target);
+    if (packedRel != null && packable(packedRel)) {
+      try {
+        packs.delete(packedRel);
+      } catch (IOException e) {
+        throw sneaky(e);
+      }
+    }
     if (!enabled) {
       delete.run();
       return;

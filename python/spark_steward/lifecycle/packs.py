@@ -1,0 +1,205 @@
+"""Which files of a streaming checkpoint location are packed, and what Spark sees (FLIP-306).
+
+Pure: the listings, the pack indexes and the dead marks are passed in, so the rules are
+model-checked without Spark or storage (``tests/unit/test_stream_packs_model.py``). The JVM's
+file manager (``StreamPacks.java``) applies the same rules; ``streams/packs.py`` reads and
+writes the bytes.
+
+A location's *logical* files are its loose files plus the live members of its packs, a loose
+file winning over a packed one of the same name, and among packs the newest (highest sequence)
+winning. A member is *dead* once a delete of it is recorded, as a tombstone of a JVM (Spark
+deleted it) or in the catalog (folded tombstones, and the packer's own verdicts).
+
+The packer's order keeps every committed file visible to a reader that lists loose files first
+and packs second: a pack is written whole before any of its loose copies goes, and they go only
+``grace`` after the pack became visible, longer than a reader caches its view of the packs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from spark_steward.lifecycle.streams import OWN_FOLDER
+
+PACKS_FOLDER = f"{OWN_FOLDER}/packs"
+TOMBSTONES_FOLDER = f"{PACKS_FOLDER}/dead"
+CATALOG = f"{PACKS_FOLDER}/catalog.txt"
+#: ``<sequence, 16 digits>-<uuid hex>.pack``: names that do not match are not ours.
+PACK_NAME = re.compile(r"^(\d{16})-[0-9a-f]{32}\.pack$")
+
+_LOG_FILE = re.compile(r"^(\d{1,18})$")
+_STATE_FILE = re.compile(r"^(\d{1,18})\.(delta|snapshot)$")
+_DIGITS = re.compile(r"^\d{1,9}$")
+_STORE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+_BAD_CHARACTERS = re.compile(r"[\\\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class Member:
+    """One logical file inside a pack: its path relative to the location, where its bytes are,
+    their crc32c and the loose file's size and modification time (ms) when it was packed."""
+
+    pack: str
+    rel: str
+    offset: int
+    length: int
+    crc32c: int
+    mtime_ms: int
+
+
+@dataclass(frozen=True)
+class Pack:
+    name: str
+    members: tuple[Member, ...]
+
+    @property
+    def sequence(self) -> int:
+        return pack_sequence(self.name)
+
+
+@dataclass(frozen=True)
+class LooseFile:
+    rel: str
+    size: int
+    mtime_ms: int
+
+
+def pack_sequence(name: str) -> int:
+    match = PACK_NAME.fullmatch(name)
+    if match is None:
+        raise ValueError(f"{name!r} is not a pack name")
+    return int(match.group(1))
+
+
+def packable(rel: str) -> int | None:
+    """The batch or state version of a file Spark only reads or deletes once written (an old
+    offset or commit, an HDFS state store delta or snapshot), or None for any other file.
+
+    RocksDB's files are never packed: its file manager lists and uploads through the Hadoop
+    file system directly, around Spark's checkpoint file manager.
+    """
+    if not rel or rel.startswith("/") or _BAD_CHARACTERS.search(rel):
+        return None
+    parts = rel.split("/")
+    if len(parts) == 2 and parts[0] in ("offsets", "commits"):
+        match = _LOG_FILE.fullmatch(parts[1])
+        return int(match.group(1)) if match else None
+    if parts[0] == "state" and len(parts) in (4, 5) and _DIGITS.fullmatch(parts[1]) \
+            and _DIGITS.fullmatch(parts[2]) \
+            and (len(parts) == 4 or _STORE_NAME.fullmatch(parts[3]) and parts[3] not in (".", "..")):
+        match = _STATE_FILE.fullmatch(parts[-1])
+        return int(match.group(1)) if match else None
+    return None
+
+
+def eligible(rel: str, committed: int | None, keep: int) -> bool:
+    """Whether ``rel`` may be packed now: a packable file of a batch at least ``keep`` batches
+    older than the last committed one (state version ``v`` belongs to batch ``v - 1``). A
+    committed batch is never run again, so its files are final."""
+    version = packable(rel)
+    if version is None or committed is None:
+        return False
+    batch = version - 1 if rel.startswith("state/") else version
+    return batch <= committed - keep
+
+
+def live_members(packs: Iterable[Pack], dead: frozenset[tuple[str, str]] | set[tuple[str, str]]
+                 ) -> dict[str, Member]:
+    """Every logical file the packs hold: rel -> the newest live member of that name."""
+    found: dict[str, Member] = {}
+    for pack in sorted(packs, key=lambda p: p.sequence):
+        for member in pack.members:
+            if (pack.name, member.rel) not in dead:
+                found[member.rel] = member
+    return found
+
+
+def logical_files(loose: Iterable[str], live: Mapping[str, Member]) -> set[str]:
+    """The files Spark sees: loose ones and live packed ones."""
+    return set(loose) | set(live)
+
+
+def holders(packs: Iterable[Pack], rel: str,
+            dead: frozenset[tuple[str, str]] | set[tuple[str, str]]) -> list[str]:
+    """The packs holding ``rel`` live: a delete of ``rel`` kills it in each."""
+    return [p.name for p in packs
+            if (p.name, rel) not in dead and any(m.rel == rel for m in p.members)]
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What settling one pack decided: members Spark deleted or rewrote meanwhile are dead;
+    the loose copies equal to a member may go."""
+
+    dead: frozenset[tuple[str, str]]
+    remove_loose: tuple[str, ...]
+
+
+def settle(pack: Pack, loose: Mapping[str, LooseFile]) -> Settlement:
+    """The verdict on a pack once it has been visible for the grace: a member whose loose copy
+    is gone was deleted by Spark meanwhile (dead); one whose loose copy changed was rewritten
+    (the loose one is newer: the member is dead); one whose copy is unchanged is redundant."""
+    dead: set[tuple[str, str]] = set()
+    remove: list[str] = []
+    for member in pack.members:
+        copy = loose.get(member.rel)
+        if copy is None or not same(copy, member):
+            dead.add((pack.name, member.rel))
+        else:
+            remove.append(member.rel)
+    return Settlement(frozenset(dead), tuple(remove))
+
+
+def redundant_loose(settled: Iterable[Pack], loose: Mapping[str, LooseFile],
+                    dead: frozenset[tuple[str, str]] | set[tuple[str, str]]) -> list[str]:
+    """Loose files an already settled pack holds unchanged (a packer stopped between recording
+    the settlement and removing them): they may go now."""
+    out: list[str] = []
+    for pack in settled:
+        for member in pack.members:
+            copy = loose.get(member.rel)
+            if copy is not None and (pack.name, member.rel) not in dead and same(copy, member):
+                out.append(member.rel)
+    return out
+
+
+def same(copy: LooseFile, member: Member) -> bool:
+    return copy.size == member.length and copy.mtime_ms == member.mtime_ms
+
+
+def to_pack(loose: Mapping[str, LooseFile], packs: Iterable[Pack],
+            dead: frozenset[tuple[str, str]] | set[tuple[str, str]], *, committed: int | None,
+            keep: int, max_member: int) -> list[LooseFile]:
+    """Loose files to put in the next pack: eligible, not larger than ``max_member``, and not
+    already held unchanged by a live member (a changed one is a rewrite: packed again)."""
+    live = live_members(packs, dead)
+    out = []
+    for rel, copy in sorted(loose.items()):
+        if copy.size > max_member or not eligible(rel, committed, keep):
+            continue
+        member = live.get(rel)
+        if member is not None and same(copy, member):
+            continue
+        out.append(copy)
+    return out
+
+
+def fully_dead(packs: Iterable[Pack], dead: frozenset[tuple[str, str]] | set[tuple[str, str]],
+               settled: set[str] | frozenset[str]) -> list[str]:
+    """Settled packs none of whose members is live: they may be deleted."""
+    return [p.name for p in packs if p.name in settled
+            and all((p.name, m.rel) in dead for m in p.members)]
+
+
+def amplification(packs: Iterable[Pack],
+                  dead: frozenset[tuple[str, str]] | set[tuple[str, str]]) -> tuple[int, int]:
+    """``(stored, live)`` member bytes over all packs: what packing costs in space."""
+    stored = live = 0
+    for pack in packs:
+        for member in pack.members:
+            stored += member.length
+            if (pack.name, member.rel) not in dead:
+                live += member.length
+    return stored, live

@@ -1,0 +1,191 @@
+"""Packs the old immutable files of a running query's checkpoint location (FLIP-306).
+
+Spark's HDFS state store and metadata logs leave two files per partition and batch (the file
+and its ``.crc``), ~50,000 in steady state at 200 partitions. Files of batches at least
+``streams.pack.keep-batches`` older than the last commit are final (a committed batch never
+runs again); each cycle puts them into one pack and, ``streams.pack.grace`` after a pack became
+visible, removes their loose copies. The JVMs' file managers serve packed files as if loose.
+
+One cycle, in this order (``lifecycle/packs.py`` holds the rules, model-checked):
+
+1. read the packs, the catalog and the tombstones; list the loose files;
+2. settle each pack visible for the grace: members Spark deleted or rewrote meanwhile are
+   dead, unchanged loose copies are redundant;
+3. write the next pack from the eligible loose files (whole, before anything refers to it);
+4. delete packs all of whose members are dead;
+5. write the catalog (folded tombstones, verdicts, settled packs), then remove the folded
+   tombstones;
+6. remove the redundant loose copies (and their ``.crc``).
+
+A crash anywhere leaves a state the next cycle (of any application) continues from: a settled
+pack is recorded before its loose copies go, so a copy missing later is never taken for a
+delete by Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+from spark_steward.errors import StewardError, StreamError
+from spark_steward.lifecycle import packs as rules
+from spark_steward.lifecycle.packs import LooseFile
+from spark_steward.streams.location import Location, checksum_sidecar
+from spark_steward.streams.packs import Packs, encode
+
+log = logging.getLogger(__name__)
+
+#: Folders of a location whose files may be packed.
+PACKED_FOLDERS = ("offsets", "commits", "state")
+MAX_PACK_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    packed: int = 0          # files put into a new pack
+    removed: int = 0         # loose copies removed (each with its .crc)
+    packs_deleted: int = 0
+    packs: int = 0           # packs after the cycle
+    stored_bytes: int = 0    # member bytes in packs
+    live_bytes: int = 0      # of which live
+
+
+class Packer:
+    """The packer of one location; keeps only when it first saw each pack (for the grace)."""
+
+    def __init__(self, location: Location, *, keep: int, grace: float, max_member: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.location = location
+        self.packs = Packs(location.storage, location.location)
+        self.keep = keep
+        self.grace = grace
+        self.max_member = max_member
+        self._clock = clock
+        self._first_seen: dict[str, float] = {}
+
+    def loose(self) -> dict[str, LooseFile]:
+        """The loose files a pack may hold (symlinks never: they are not Spark's)."""
+        storage = self.location.storage
+        out: dict[str, LooseFile] = {}
+        for folder in PACKED_FOLDERS:
+            for entry in storage.walk_files(folder):
+                if rules.packable(entry.path) is None or entry.modified is None:
+                    continue
+                if storage.is_local and os.path.islink(storage.path(entry.path)):
+                    continue
+                out[entry.path] = LooseFile(entry.path, entry.size, int(entry.modified * 1000))
+        return out
+
+    def cycle(self) -> CycleResult:
+        """One packing cycle; StewardError when the storage fails (the next cycle retries)."""
+        state = self.packs.read()
+        loose = self.loose()
+        now = self._clock()
+        names = {p.name for p in state.packs}
+        for name in names:
+            self._first_seen.setdefault(name, now)
+        for name in list(self._first_seen):
+            if name not in names:
+                del self._first_seen[name]
+        dead = state.dead
+        settled = set(state.settled) & names
+        remove: list[str] = rules.redundant_loose(
+            [p for p in state.packs if p.name in settled], loose, dead)
+        for pack in sorted(state.packs, key=lambda p: p.sequence):
+            if pack.name in settled or now - self._first_seen[pack.name] < self.grace:
+                continue
+            verdict = rules.settle(pack, loose)
+            dead |= verdict.dead
+            remove += verdict.remove_loose
+            settled.add(pack.name)
+
+        packed = 0
+        committed = self._committed(loose, state.packs, dead)
+        chosen = [f for f in rules.to_pack(loose, state.packs, dead, committed=committed,
+                                           keep=self.keep, max_member=self.max_member)
+                  if f.rel not in remove]
+        new_pack = self._write_pack(chosen, max((p.sequence for p in state.packs), default=0))
+        if new_pack is not None:
+            self._first_seen[new_pack.name] = self._clock()
+            names.add(new_pack.name)
+            packed = len(new_pack.members)
+            for member in new_pack.members:  # a rewrite: the older packed copies are dead
+                for holder in rules.holders(state.packs, member.rel, dead):
+                    dead.add((holder, member.rel))
+            state.packs.append(new_pack)
+
+        gone = rules.fully_dead(state.packs, dead, settled)
+        for name in gone:
+            self.packs.delete_pack(name)
+            names.discard(name)
+            settled.discard(name)
+        kept_dead = {d for d in dead if d[0] in names}
+        if kept_dead != state.catalog_dead or settled != state.settled or gone:
+            self.packs.write_catalog(kept_dead, settled)
+        self.packs.delete_tombstones(state.tombstones)
+
+        removed = 0
+        for rel in dict.fromkeys(remove):
+            self.location.storage.delete(rel)
+            self.location.storage.delete(checksum_sidecar(rel))
+            removed += 1
+        remaining = [p for p in state.packs if p.name in names]
+        stored, live = rules.amplification(remaining, dead)
+        return CycleResult(packed, removed, len(gone), len(remaining), stored, live)
+
+    def _committed(self, loose: dict[str, LooseFile], packs: list[rules.Pack],
+                   dead: set[tuple[str, str]]) -> int | None:
+        """The last committed batch: the highest ``commits/N``, loose or packed."""
+        batches = [int(rel.split("/")[1]) for rel in
+                   list(loose) + list(rules.live_members(packs, dead))
+                   if rel.startswith("commits/")]
+        return max(batches) if batches else None
+
+    def _write_pack(self, chosen: list[LooseFile], last_sequence: int) -> rules.Pack | None:
+        members: list[tuple[str, bytes, int]] = []
+        total = 0
+        for copy in chosen:
+            if total + copy.size > MAX_PACK_BYTES:
+                break
+            try:
+                data = self.location.storage.read_bytes(copy.rel)
+            except FileNotFoundError:
+                continue  # Spark deleted it meanwhile
+            if len(data) != copy.size:
+                continue  # changed since the listing: the next cycle takes it
+            members.append((copy.rel, data, copy.mtime_ms))
+            total += len(data)
+        if not members:
+            return None
+        name = f"{last_sequence + 1:016d}-{uuid.uuid4().hex}.pack"
+        body, index = encode(members)
+        self.packs.write_pack(name, body)
+        return rules.Pack(name, tuple(rules.Member(name, m.rel, m.offset, m.length, m.crc32c,
+                                                   m.mtime_ms) for m in index))
+
+
+def unpack(location: Location) -> int:
+    """Writes every live packed file back as a loose file (a loose one wins and is kept), then
+    removes the packs: the plain layout Spark reads without spark-steward. Idempotent; returns
+    how many files it wrote."""
+    packs = Packs(location.storage, location.location)
+    state = packs.read()
+    written = 0
+    for rel, member in sorted(state.live().items()):
+        if location.storage.exists(rel):
+            continue
+        try:
+            data = packs.member_bytes(member)
+        except StewardError:
+            raise
+        except OSError as exc:
+            raise StreamError(f"could not read {location.location}/{rel} from its pack: "
+                              f"{exc}") from exc
+        location.storage.write_atomic(rel, data)
+        written += 1
+    packs.clear()
+    return written

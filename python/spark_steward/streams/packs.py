@@ -1,0 +1,210 @@
+"""The packs of a streaming checkpoint location: their file format, and reading them whole.
+
+A pack (``<location>/_steward/packs/<seq>-<uuid>.pack``) is the members' bytes one after the
+other, then an index of text lines ``offset<TAB>length<TAB>crc32c hex<TAB>mtime ms<TAB>path``,
+then a 24-byte trailer: the index's offset (8 bytes, big-endian), its length (4), its crc32c
+(4) and ``STWPACK1``. Any tool can take one apart; ``StreamPacks.java`` reads the same bytes.
+
+Dead members are listed in ``catalog.txt`` (``dead<TAB>pack<TAB>path``, and ``settled<TAB>pack``
+once the packer decided on a pack) and in tombstone files ``dead/<id>.txt``
+(``pack<TAB>path``) that JVMs write when Spark deletes a packed file; the packer folds those
+into the catalog. A pack that cannot be read is an error naming it, never skipped: its loose
+copies are gone.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import crc32c as _crc32c
+
+from spark_steward.errors import StreamError
+from spark_steward.lifecycle.packs import (CATALOG, PACK_NAME, PACKS_FOLDER, TOMBSTONES_FOLDER,
+                                           Member, Pack, live_members, packable)
+from spark_steward.storage import Storage
+
+MAGIC = b"STWPACK1"
+TRAILER = struct.Struct(">QII8s")
+#: Index and catalog lines are short; a larger index or tombstone is not ours.
+MAX_INDEX_BYTES = 64 << 20
+MAX_TOMBSTONE_BYTES = 16 << 20
+
+
+def crc32c(data: bytes) -> int:
+    return _crc32c.crc32c(data)
+
+
+def encode(members: Iterable[tuple[str, bytes, int]]) -> tuple[bytes, tuple[Member, ...]]:
+    """A pack of ``(path, bytes, mtime ms)`` members; returns its bytes and index."""
+    body = bytearray()
+    index: list[Member] = []
+    for rel, data, mtime_ms in members:
+        if packable(rel) is None:
+            raise ValueError(f"{rel!r} is not a file a pack may hold")
+        index.append(Member("", rel, len(body), len(data), crc32c(data), int(mtime_ms)))
+        body += data
+    lines = "".join(f"{m.offset}\t{m.length}\t{m.crc32c:08x}\t{m.mtime_ms}\t{m.rel}\n"
+                    for m in index).encode()
+    trailer = TRAILER.pack(len(body), len(lines), crc32c(lines), MAGIC)
+    return bytes(body) + lines + trailer, tuple(index)
+
+
+def decode_index(name: str, data_tail: bytes, size: int, read_at) -> Pack:
+    """The index of pack ``name`` (``size`` bytes; ``data_tail`` its last 24 bytes;
+    ``read_at(offset, length)`` reads more). ValueError says what is wrong."""
+    if size < TRAILER.size or len(data_tail) != TRAILER.size:
+        raise ValueError(f"{size} bytes, shorter than its trailer")
+    offset, length, crc, magic = TRAILER.unpack(data_tail)
+    if magic != MAGIC:
+        raise ValueError("no pack trailer (wrong magic)")
+    if length > MAX_INDEX_BYTES or offset + length + TRAILER.size != size:
+        raise ValueError(f"index at {offset}+{length} does not fit {size} bytes")
+    raw = read_at(offset, length)
+    if len(raw) != length or crc32c(raw) != crc:
+        raise ValueError("index checksum mismatch")
+    members = []
+    for number, line in enumerate(raw.decode("utf-8").splitlines(), 1):
+        fields = line.split("\t", 4)
+        if len(fields) != 5:
+            raise ValueError(f"index line {number} has {len(fields)} fields")
+        start, count, crc_hex, mtime, rel = fields
+        member = Member(name, rel, int(start), int(count), int(crc_hex, 16), int(mtime))
+        if (packable(rel) is None or member.offset < 0 or member.length < 0
+                or member.offset + member.length > offset):
+            raise ValueError(f"index line {number} names {rel[:200]!r} at "
+                             f"{start}+{count}, not a member of this pack")
+        members.append(member)
+    return Pack(name, tuple(members))
+
+
+@dataclass
+class PackState:
+    """One reading of a location's packs: every pack, the dead members and settled packs of
+    the catalog, and the tombstones (with the files they came from, for folding)."""
+
+    packs: list[Pack] = field(default_factory=list)
+    catalog_dead: set[tuple[str, str]] = field(default_factory=set)
+    settled: set[str] = field(default_factory=set)
+    tombstones: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+
+    @property
+    def dead(self) -> set[tuple[str, str]]:
+        out = set(self.catalog_dead)
+        for marks in self.tombstones.values():
+            out |= marks
+        return out
+
+    def live(self) -> dict[str, Member]:
+        return live_members(self.packs, self.dead)
+
+
+class Packs:
+    """Reads and writes the packs of one location (a Storage rooted at it)."""
+
+    def __init__(self, storage: Storage, location: str) -> None:
+        self.storage = storage
+        self.location = location
+        self._indexes: dict[str, Pack] = {}  # packs never change: read once
+
+    def pack_names(self) -> list[str]:
+        return sorted(n for n in self.storage.list_names(PACKS_FOLDER) if PACK_NAME.fullmatch(n))
+
+    def has_packs(self) -> bool:
+        return bool(self.pack_names())
+
+    def index(self, name: str) -> Pack:
+        cached = self._indexes.get(name)
+        if cached is not None:
+            return cached
+        rel = f"{PACKS_FOLDER}/{name}"
+        try:
+            with self.storage.open_read(rel) as handle:
+                handle.seek(0, 2)
+                size = handle.tell()
+                handle.seek(max(0, size - TRAILER.size))
+                tail = handle.read(TRAILER.size)
+
+                def read_at(offset: int, length: int) -> bytes:
+                    handle.seek(offset)
+                    return handle.read(length)
+
+                pack = decode_index(name, tail, size, read_at)
+        except FileNotFoundError:
+            raise
+        except (ValueError, UnicodeDecodeError, OSError) as exc:
+            raise StreamError(f"the pack {self.location}/{rel} is unreadable ({exc}); the files "
+                              "it holds cannot be served") from None
+        self._indexes[name] = pack
+        return pack
+
+    def read(self) -> PackState:
+        """The current packs, catalog and tombstones. Tombstones are listed before the catalog
+        is read: one folded and removed meanwhile is then in the catalog."""
+        state = PackState()
+        for name in [n for n in self.storage.list_names(TOMBSTONES_FOLDER)
+                     if n.endswith(".txt") and not n.startswith(".")]:
+            try:
+                data = self.storage.read_bytes(f"{TOMBSTONES_FOLDER}/{name}")
+            except FileNotFoundError:
+                continue
+            state.tombstones[name] = set(_pairs(data[:MAX_TOMBSTONE_BYTES], 2))
+        try:
+            catalog = self.storage.read_bytes(CATALOG)
+        except FileNotFoundError:
+            catalog = b""
+        for line in catalog.decode("utf-8", "replace").splitlines():
+            kind, _, rest = line.partition("\t")
+            if kind == "dead":
+                pack, _, rel = rest.partition("\t")
+                state.catalog_dead.add((pack, rel))
+            elif kind == "settled":
+                state.settled.add(rest)
+        for name in self.pack_names():
+            try:
+                state.packs.append(self.index(name))
+            except FileNotFoundError:
+                continue  # deleted meanwhile: all its members were dead
+        return state
+
+    def member_bytes(self, member: Member) -> bytes:
+        rel = f"{PACKS_FOLDER}/{member.pack}"
+        with self.storage.open_read(rel) as handle:
+            handle.seek(member.offset)
+            data = handle.read(member.length)
+        if len(data) != member.length or crc32c(data) != member.crc32c:
+            raise StreamError(f"{self.location}/{member.rel} in the pack {rel} fails its "
+                              "checksum")
+        return data
+
+    def write_catalog(self, dead: set[tuple[str, str]], settled: set[str]) -> None:
+        names = {p for p, _ in dead} | settled
+        lines = [f"settled\t{name}\n" for name in sorted(settled)]
+        lines += [f"dead\t{pack}\t{rel}\n" for pack, rel in sorted(dead) if pack in names]
+        self.storage.write_atomic(CATALOG, "".join(lines).encode())
+
+    def write_pack(self, name: str, data: bytes) -> None:
+        self.storage.write_atomic(f"{PACKS_FOLDER}/{name}", data)
+
+    def delete_pack(self, name: str) -> None:
+        self.storage.delete(f"{PACKS_FOLDER}/{name}")
+        self._indexes.pop(name, None)
+
+    def delete_tombstones(self, names: Iterable[str]) -> None:
+        for name in names:
+            self.storage.delete(f"{TOMBSTONES_FOLDER}/{name}")
+
+    def clear(self) -> None:
+        """Removes every pack, the catalog and the tombstones (after an unpack)."""
+        self.storage.delete(PACKS_FOLDER)
+        self._indexes.clear()
+
+
+def _pairs(data: bytes, fields: int) -> Iterable[tuple[str, str]]:
+    for line in data.decode("utf-8", "replace").splitlines():
+        parts = line.split("\t", fields - 1)
+        if (len(parts) == fields and PACK_NAME.fullmatch(parts[0])
+                and packable(parts[1]) is not None):
+            yield parts[0], parts[1]
+
