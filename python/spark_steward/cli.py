@@ -297,8 +297,8 @@ def cmd_streams_ls(args: argparse.Namespace) -> int:
     now = time.time()
     name_w = max(4, *(len(s.record.name or "-") for s in statuses))
     if args.du:
-        print(f"{'NAME':<{name_w}}  {'STATE':<9}  {'FILES':>7}  {'SIZE':>10}  {'PENDING':>7}  "
-              f"{'TEMP':>5}  LOCATION")
+        print(f"{'NAME':<{name_w}}  {'STATE':<9}  {'FILES':>7}  {'SIZE':>10}  {'PACKS':>5}  "
+              f"{'PENDING':>7}  {'TEMP':>5}  LOCATION")
     else:
         print(f"{'NAME':<{name_w}}  {'STATE':<9}  {'LAST ACTIVE':<12}  APPLICATION  LOCATION")
     for s in statuses:
@@ -306,10 +306,10 @@ def cmd_streams_ls(args: argparse.Namespace) -> int:
         if args.du:
             if s.survey is None:
                 print(f"{r.name or '-':<{name_w}}  {s.state.value:<9}  {'?':>7}  {'?':>10}  "
-                      f"{'?':>7}  {'?':>5}  {r.location}  ({s.problem})")
+                      f"{'?':>5}  {'?':>7}  {'?':>5}  {r.location}  ({s.problem})")
                 continue
             print(f"{r.name or '-':<{name_w}}  {s.state.value:<9}  {s.survey.files:>7}  "
-                  f"{_size(s.survey.bytes):>10}  {s.survey.intents:>7}  "
+                  f"{_size(s.survey.bytes):>10}  {s.survey.packs:>5}  {s.survey.intents:>7}  "
                   f"{len(s.survey.temps):>5}  {r.location}")
         else:
             print(f"{r.name or '-':<{name_w}}  {s.state.value:<9}  "
@@ -331,6 +331,17 @@ def cmd_streams_drop(args: argparse.Namespace) -> int:
     else:
         print(f"dropped {result.location}: {_plural(result.files, 'file')}, "
               f"{_size(result.bytes)}")
+    return 0
+
+
+def cmd_streams_unpack(args: argparse.Namespace) -> int:
+    result = _stream_store(args).unpack(args.target)
+    if args.json:
+        print(json.dumps({"query_id": result.query_id, "location": result.location,
+                          "files": result.files, "packs": result.packs}, indent=2))
+    else:
+        print(f"unpacked {result.location}: {_plural(result.files, 'file')} written back from "
+              f"{_plural(result.packs, 'pack')}")
     return 0
 
 
@@ -728,6 +739,12 @@ def build_parser() -> argparse.ArgumentParser:
     sdrop.add_argument("target", help="the query's name, id or location")
     sdrop.add_argument("--drop-grace", help="override spark.steward.streams.drop-grace")
     sdrop.set_defaults(run=cmd_streams_drop)
+    sunpack = streams_sub.add_parser(
+        "unpack", help="write a stopped query's packed files back as plain files (the layout "
+                       "Spark reads without spark-steward)")
+    _storage_arguments(sunpack)
+    sunpack.add_argument("target", help="the query's name, id or location")
+    sunpack.set_defaults(run=cmd_streams_unpack)
 
     sub.add_parser("version", help="print the version").set_defaults(run=cmd_version)
     return parser

@@ -27,11 +27,12 @@ PACKS_FOLDER = f"{OWN_FOLDER}/packs"
 TOMBSTONES_FOLDER = f"{PACKS_FOLDER}/dead"
 CATALOG = f"{PACKS_FOLDER}/catalog.txt"
 #: ``<sequence, 16 digits>-<uuid hex>.pack``: names that do not match are not ours.
-PACK_NAME = re.compile(r"^(\d{16})-[0-9a-f]{32}\.pack$")
+PACK_NAME = re.compile(r"^([0-9]{16})-[0-9a-f]{32}\.pack$")
 
-_LOG_FILE = re.compile(r"^(\d{1,18})$")
-_STATE_FILE = re.compile(r"^(\d{1,18})\.(delta|snapshot)$")
-_DIGITS = re.compile(r"^\d{1,9}$")
+# ASCII digits only, as Java's \d: a name the JVM would not take is never packed.
+_LOG_FILE = re.compile(r"^([0-9]{1,18})$")
+_STATE_FILE = re.compile(r"^([0-9]{1,18})\.(delta|snapshot)$")
+_DIGITS = re.compile(r"^[0-9]{1,9}$")
 _STORE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 _BAD_CHARACTERS = re.compile(r"[\\\x00-\x1f\x7f]")
 

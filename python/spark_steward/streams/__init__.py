@@ -10,19 +10,22 @@ and drops them safely:
 >>> spark_steward.streams.drop("q1")                # doctest: +SKIP  (name, id or location)
 DropResult(query_id='…', location='file:/ckpt/q1', files=4210, bytes=1893391)
 
-``spark-steward streams ls|du|drop`` does the same from any machine that sees the storage dir.
+With ``spark.steward.streams.pack.enabled`` old files are packed into few physical files
+(FLIP-306); :func:`unpack` restores the plain layout, for Spark without spark-steward.
+
+``spark-steward streams ls|du|drop|unpack`` does the same from any machine that sees the storage dir.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_steward.streams.store import DropResult, StreamStatus, StreamStore
+from spark_steward.streams.store import DropResult, StreamStatus, StreamStore, UnpackResult
 
 if TYPE_CHECKING:
     from spark_steward.kernel.runtime import DriverRuntime
 
-__all__ = ["ls", "drop", "DropResult", "StreamStatus"]
+__all__ = ["ls", "drop", "unpack", "DropResult", "StreamStatus", "UnpackResult"]
 
 
 def _store() -> "tuple[StreamStore, DriverRuntime]":
@@ -50,3 +53,11 @@ def drop(name_or_location: str) -> DropResult:
     ``spark-steward gc`` finishes it."""
     store, runtime = _store()
     return store.drop(name_or_location, this_app=runtime.app_id)
+
+
+def unpack(name_or_location: str) -> UnpackResult:
+    """Writes every packed file of a stopped query's location back as a plain file and removes
+    its packs: the layout Spark reads without spark-steward. Refused
+    (:class:`~spark_steward.errors.StreamActive`) while a run of the query may be active."""
+    store, runtime = _store()
+    return store.unpack(name_or_location, this_app=runtime.app_id)

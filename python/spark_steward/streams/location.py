@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_steward.errors import StewardError, StorageError, StreamError
+from spark_steward.lifecycle.packs import PACK_NAME, PACKS_FOLDER
 from spark_steward.lifecycle.streams import INTENTS_FOLDER, OWN_FOLDER, temp_sweepable
 from spark_steward.storage import Storage
 
@@ -55,6 +56,7 @@ class Survey:
     newest: float | None = None
     temps: list[str] = field(default_factory=list)  # sweepable now
     intents: int = 0
+    packs: int = 0  # FLIP-306 packs (each holds many of Spark's files)
 
 
 class Location:
@@ -79,6 +81,15 @@ class Location:
             folder, name = posixpath.split(entry.path)
             if folder == INTENTS_FOLDER and name.endswith(".json") and not name.startswith("."):
                 found.intents += 1
+                continue
+            if folder == PACKS_FOLDER and PACK_NAME.fullmatch(name):
+                found.packs += 1
+                continue
+            if folder.startswith(PACKS_FOLDER) and name.startswith(".") and ".tmp" in name:
+                # our own temp files (a packer or a JVM killed mid-write)
+                if not query_active or (entry.modified is not None
+                                        and now - entry.modified >= horizon):
+                    found.temps.append(entry.path)
                 continue
             if temp_sweepable(posixpath.basename(entry.path), entry.modified, now=now,
                               query_active=query_active, horizon=horizon):

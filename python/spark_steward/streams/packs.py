@@ -14,13 +14,14 @@ copies are gone.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Iterable
 
 import crc32c as _crc32c
 
-from spark_steward.errors import StreamError
+from spark_steward.errors import StorageError, StreamError
 from spark_steward.lifecycle.packs import (CATALOG, PACK_NAME, PACKS_FOLDER, TOMBSTONES_FOLDER,
                                            Member, Pack, live_members, packable)
 from spark_steward.storage import Storage
@@ -30,6 +31,14 @@ TRAILER = struct.Struct(">QII8s")
 #: Index and catalog lines are short; a larger index or tombstone is not ours.
 MAX_INDEX_BYTES = 64 << 20
 MAX_TOMBSTONE_BYTES = 16 << 20
+MAX_CATALOG_BYTES = 256 << 20
+_NUMBER = re.compile(r"^[0-9]{1,19}$")
+_CRC = re.compile(r"^[0-9a-f]{8}$")
+
+
+def lines(data: bytes) -> list[str]:
+    """The non-empty ``\n``-separated lines (as the JVM splits them: no other line breaks)."""
+    return [line for line in data.decode("utf-8", "replace").split("\n") if line]
 
 
 def crc32c(data: bytes) -> int:
@@ -65,11 +74,16 @@ def decode_index(name: str, data_tail: bytes, size: int, read_at) -> Pack:
     if len(raw) != length or crc32c(raw) != crc:
         raise ValueError("index checksum mismatch")
     members = []
-    for number, line in enumerate(raw.decode("utf-8").splitlines(), 1):
+    for number, line in enumerate(raw.decode("utf-8").split("\n"), 1):
+        if not line:
+            continue
         fields = line.split("\t", 4)
         if len(fields) != 5:
             raise ValueError(f"index line {number} has {len(fields)} fields")
         start, count, crc_hex, mtime, rel = fields
+        if not (_NUMBER.fullmatch(start) and _NUMBER.fullmatch(count)
+                and _CRC.fullmatch(crc_hex) and _NUMBER.fullmatch(mtime)):
+            raise ValueError(f"index line {number} is malformed")
         member = Member(name, rel, int(start), int(count), int(crc_hex, 16), int(mtime))
         if (packable(rel) is None or member.offset < 0 or member.length < 0
                 or member.offset + member.length > offset):
@@ -109,7 +123,8 @@ class Packs:
         self._indexes: dict[str, Pack] = {}  # packs never change: read once
 
     def pack_names(self) -> list[str]:
-        return sorted(n for n in self.storage.list_names(PACKS_FOLDER) if PACK_NAME.fullmatch(n))
+        return sorted(n for n in self.storage.list_names(PACKS_FOLDER) if PACK_NAME.fullmatch(n)
+                      and not self.storage.fs.isdir(self.storage.path(f"{PACKS_FOLDER}/{n}")))
 
     def has_packs(self) -> bool:
         return bool(self.pack_names())
@@ -147,14 +162,17 @@ class Packs:
                      if n.endswith(".txt") and not n.startswith(".")]:
             try:
                 data = self.storage.read_bytes(f"{TOMBSTONES_FOLDER}/{name}")
-            except FileNotFoundError:
+            except (FileNotFoundError, IsADirectoryError):
                 continue
-            state.tombstones[name] = set(_pairs(data[:MAX_TOMBSTONE_BYTES], 2))
+            except StorageError:
+                continue  # not a file we can read (a folder of that name): not a tombstone
+            if len(data) <= MAX_TOMBSTONE_BYTES:  # larger: not one of ours (the JVM skips it)
+                state.tombstones[name] = set(_pairs(data))
         try:
             catalog = self.storage.read_bytes(CATALOG)
         except FileNotFoundError:
             catalog = b""
-        for line in catalog.decode("utf-8", "replace").splitlines():
+        for line in lines(catalog):
             kind, _, rest = line.partition("\t")
             if kind == "dead":
                 pack, _, rel = rest.partition("\t")
@@ -180,9 +198,13 @@ class Packs:
 
     def write_catalog(self, dead: set[tuple[str, str]], settled: set[str]) -> None:
         names = {p for p, _ in dead} | settled
-        lines = [f"settled\t{name}\n" for name in sorted(settled)]
-        lines += [f"dead\t{pack}\t{rel}\n" for pack, rel in sorted(dead) if pack in names]
-        self.storage.write_atomic(CATALOG, "".join(lines).encode())
+        out = [f"settled\t{name}\n" for name in sorted(settled)]
+        out += [f"dead\t{pack}\t{rel}\n" for pack, rel in sorted(dead) if pack in names]
+        body = "".join(out).encode()
+        if len(body) > MAX_CATALOG_BYTES:
+            raise StreamError(f"the pack catalog of {self.location} would be {len(body)} bytes, "
+                              f"more than the {MAX_CATALOG_BYTES} a JVM reads")
+        self.storage.write_atomic(CATALOG, body)
 
     def write_pack(self, name: str, data: bytes) -> None:
         self.storage.write_atomic(f"{PACKS_FOLDER}/{name}", data)
@@ -201,10 +223,9 @@ class Packs:
         self._indexes.clear()
 
 
-def _pairs(data: bytes, fields: int) -> Iterable[tuple[str, str]]:
-    for line in data.decode("utf-8", "replace").splitlines():
-        parts = line.split("\t", fields - 1)
-        if (len(parts) == fields and PACK_NAME.fullmatch(parts[0])
-                and packable(parts[1]) is not None):
+def _pairs(data: bytes) -> Iterable[tuple[str, str]]:
+    for line in lines(data):
+        parts = line.split("\t", 1)
+        if len(parts) == 2 and PACK_NAME.fullmatch(parts[0]) and packable(parts[1]) is not None:
             yield parts[0], parts[1]
 

@@ -18,6 +18,8 @@ from spark_steward.errors import StewardError, StreamActive, StreamError
 from spark_steward.gc import application_liveness, is_collectable
 from spark_steward.lifecycle.streams import StreamRecord, StreamState, drop_refusal, state_of
 from spark_steward.streams.location import Location, Survey
+from spark_steward.streams.packer import unpack
+from spark_steward.streams.packs import Packs
 from spark_steward.streams.registry import StreamRegistry
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,8 @@ class StreamStatus:
                                 "dropping": r.dropping}
         if self.survey is not None:
             body.update(files=self.survey.files, bytes=self.survey.bytes,
-                        deletes_pending=self.survey.intents, temp_files=len(self.survey.temps))
+                        packs=self.survey.packs, deletes_pending=self.survey.intents,
+                        temp_files=len(self.survey.temps))
         if self.problem:
             body["problem"] = self.problem
         return body
@@ -56,6 +59,16 @@ class DropResult:
     location: str
     files: int
     bytes: int
+
+
+@dataclass(frozen=True)
+class UnpackResult:
+    """``files`` written back loose from ``packs`` packs, which are gone."""
+
+    query_id: str
+    location: str
+    files: int
+    packs: int
 
 
 class StreamStore:
@@ -154,3 +167,24 @@ class StreamStore:
 
     def drop(self, name_or_location: str, *, this_app: str | None = None) -> DropResult:
         return self.finish_drop(self.begin_drop(name_or_location, this_app=this_app))
+
+    def unpack(self, name_or_location: str, *, this_app: str | None = None) -> UnpackResult:
+        """Writes every packed file of a stopped query's location back as a plain file and
+        removes the packs, so Spark reads it without spark-steward. Refused
+        (:class:`StreamActive`) while a run of the query may be active; idempotent."""
+        record = self.records.find(name_or_location)
+        if record.dropping is not None:
+            raise StreamActive(f"refusing to unpack {record.location}: it is being dropped")
+        liveness = self._liveness(record, this_app)
+        app_dead = is_collectable(liveness) or (record.app_id == this_app
+                                                and record.stopped is not None)
+        why = drop_refusal(record, now=self.clock(), app_dead=app_dead, grace=0.0,
+                           newest_file=None)
+        if why is not None:
+            raise StreamActive(f"refusing to unpack {record.location}: {why}")
+        location = self.location(record)
+        packs = len(Packs(location.storage, record.location).pack_names())
+        files = unpack(location)
+        log.info("unpacked %s: %d file(s) written back from %d pack(s)", record.location, files,
+                 packs)
+        return UnpackResult(record.query_id, record.location, files, packs)

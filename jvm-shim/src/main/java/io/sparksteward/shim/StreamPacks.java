@@ -54,6 +54,9 @@ final class StreamPacks {
   private static final int TRAILER = 24;
   private static final int MAX_INDEX = 64 << 20;
   private static final int MAX_TOMBSTONES = 16 << 20;
+  private static final int MAX_CATALOG = 256 << 20;
+  private static final Pattern NUMBER = Pattern.compile("^[0-9]{1,19}$");
+  private static final Pattern CRC = Pattern.compile("^[0-9a-f]{8}$");
   private static final Map<String, StreamPacks> BY_ROOT = new ConcurrentHashMap<>();
   private static final String JVM_ID = UUID.randomUUID().toString().replace("-", "");
   private static final AtomicLong FLUSHES = new AtomicLong();
@@ -233,10 +236,11 @@ final class StreamPacks {
       }
       for (FileStatus s : marks) {
         String name = s.getPath().getName();
-        if (name.startsWith(".") || !name.endsWith(".txt") || s.getLen() > MAX_TOMBSTONES) {
+        if (!s.isFile() || name.startsWith(".") || !name.endsWith(".txt")
+            || s.getLen() > MAX_TOMBSTONES) {
           continue;
         }
-        String text = readText(s.getPath());
+        String text = readText(s.getPath(), MAX_TOMBSTONES);
         if (text != null) {
           for (String line : text.split("\n")) {
             if (line.indexOf('\t') > 0) {
@@ -247,7 +251,7 @@ final class StreamPacks {
       }
     }
     if (catalog) {
-      String text = readText(new Path(folder, "catalog.txt"));
+      String text = readText(new Path(folder, "catalog.txt"), MAX_CATALOG);
       if (text != null) {
         for (String line : text.split("\n")) {
           if (line.startsWith("dead\t")) {
@@ -278,7 +282,7 @@ final class StreamPacks {
     return new View(now, live, holders);
   }
 
-  private String readText(Path file) throws IOException {
+  private String readText(Path file, int limit) throws IOException {
     StreamFiles.OWN_OPERATIONS.incrementAndGet();
     try (FSDataInputStream in = fs.open(file)) {
       java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
@@ -286,7 +290,7 @@ final class StreamPacks {
       int got;
       while ((got = in.read(buffer)) > 0) {
         out.write(buffer, 0, got);
-        if (out.size() > MAX_TOMBSTONES) {
+        if (out.size() > limit) {
           throw new IOException("spark-steward: " + file + " is larger than any file it writes");
         }
       }
@@ -337,6 +341,10 @@ final class StreamPacks {
         }
         String[] f = text.split("\t", 5);
         try {
+          if (f.length != 5 || !NUMBER.matcher(f[0]).matches() || !NUMBER.matcher(f[1]).matches()
+              || !CRC.matcher(f[2]).matches() || !NUMBER.matcher(f[3]).matches()) {
+            throw new IllegalArgumentException("bad field");
+          }
           Member m = new Member(pack, f[4], Long.parseLong(f[0]), Integer.parseInt(f[1]),
               Long.parseLong(f[2], 16), Long.parseLong(f[3]));
           if (m.offset < 0 || m.length < 0 || m.offset + m.length > indexAt
