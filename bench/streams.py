@@ -25,7 +25,11 @@ deleted that are still there after the application ended. Last, ``spark-steward 
 of the spark-steward run's location: files left.
 
     python bench/streams.py [--rounds 1] [--partitions 200] [--batches 150]
-                            [--fault-batches 40] [--out FILE.json]
+                            [--variants spark,steward[,packed]] [--fault-batches 40]
+                            [--skip-faults] [--out FILE.json]
+
+``packed`` is spark-steward with ``spark.steward.streams.pack.enabled`` (FLIP-306): its files
+are the physical files in the location, packs included.
 
 A round at the defaults takes about 25 minutes on the 2-core VM (200 tasks a batch).
 """
@@ -70,6 +74,8 @@ def flags(variant: str, work: Path, faults: Path, partitions: int,
         conf.update({"spark.steward.enabled": "true",
                      "spark.steward.storage.dir": (work / "storage").as_uri(),
                      "spark.steward.streams.delegate-class": FAULTY})
+    if variant == "packed":
+        conf["spark.steward.streams.pack.enabled"] = "true"
     out = ["--master", "local-cluster[2,1,1024]", "--jars", str(faulty_jar())]
     for key, value in conf.items():
         out += ["--conf", f"{key}={value}"]
@@ -149,26 +155,37 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=200)
     parser.add_argument("--batches", type=int, default=150)
     parser.add_argument("--fault-batches", type=int, default=40)
+    parser.add_argument("--variants", default="spark,steward",
+                        help="spark, steward (registration and retried deletes), packed "
+                             "(also spark.steward.streams.pack.enabled)")
+    parser.add_argument("--skip-faults", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args()
+    variants = tuple(args.variants.split(","))
+    ours = [v for v in variants if v != "spark"]
     root = Path(tempfile.mkdtemp(prefix="bench-streams-"))
     rounds: list[dict[str, dict[str, Any]]] = []
     for i in range(args.rounds):
-        order = ("spark", "steward") if i % 2 == 0 else ("steward", "spark")
+        order = variants if i % 2 == 0 else tuple(reversed(variants))
         found = {v: measure(v, root, args.partitions, args.batches) for v in order}
         rounds.append(found)
-        for v in ("spark", "steward"):
+        for v in variants:
             r = found[v]
             print(f"round {i + 1} {v:8s} batches {r['batches']}  files {r['files']}  "
                   f"bytes {r['bytes']}  p50 {r['p50_ms']:.0f} ms  p95 {r['p95_ms']:.0f} ms  "
                   f"restart {r['restart_s']:.2f} s  ops/batch "
                   + " ".join(f"{k} {r['ops_per_batch'][k]:.1f}" for k in OPS), flush=True)
-    ratio = {key: [r["steward"][key] / r["spark"][key] for r in rounds]
-             for key in ("files", "p50_ms", "p95_ms", "restart_s")}
-    print(f"\nsteward / spark over {args.rounds} round(s), {args.partitions} partitions, "
+    ratio = {f"{v}/{key}": [r[v][key] / r["spark"][key] for r in rounds]
+             for v in ours for key in ("files", "p50_ms", "p95_ms", "restart_s")}
+    print(f"\nvariant / spark over {args.rounds} round(s), {args.partitions} partitions, "
           f"{args.batches} batches:")
     for key, values in ratio.items():
-        print(f"  {key:10s} {spread(values)}")
+        print(f"  {key:18s} {spread(values)}")
+    if args.skip_faults:
+        if args.out:
+            Path(args.out).write_text(json.dumps({"rounds": rounds, "ratios": ratio,
+                                                  "args": vars(args)}, indent=2))
+        return
     fault = {v: faults_run(v, root, args.partitions, args.fault_batches)
              for v in ("spark", "steward")}
     print("\n30% of deletes failing until 2/3 of the run, then recovered:")
