@@ -400,6 +400,12 @@ STREAMS_PACK_GRACE = _key(
     "spark.steward.streams.pack.grace", DURATION, "10s",
     "A pack's loose copies are removed this long after the pack became visible; longer than "
     "the 2 s a JVM caches its view of the packs, so no listing misses a file.", minimum=3)
+STREAMS_PACK_MAX_AMPLIFICATION = _key(
+    "spark.steward.streams.pack.max-space-amplification", FLOAT, "2.0",
+    "When a location's packs store more than this many times the bytes of their live files, "
+    "the live files of the most wasteful packs are copied into a new pack and the old packs "
+    "deleted (as `checkpoints.file-merging.max-space-amplification`); below 1: never.",
+    minimum=0)
 STREAMS_PACK_MAX_MEMBER = _key(
     "spark.steward.streams.pack.max-member", SIZE, "4m",
     "Files larger than this stay loose (they are few, and a packed file is read whole into "

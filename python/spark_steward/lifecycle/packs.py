@@ -194,6 +194,79 @@ def fully_dead(packs: Iterable[Pack], dead: frozenset[tuple[str, str]] | set[tup
             and all((p.name, m.rel) in dead for m in p.members)]
 
 
+def choose_compaction(packs: Iterable[Pack], dead: frozenset[tuple[str, str]] | set[tuple[str, str]],
+                      settled: set[str] | frozenset[str], bound: float) -> list[str]:
+    """Settled packs whose live members should be copied into a new pack so that the stored
+    member bytes get back under ``bound`` times the live ones (FLIP-306's space amplification
+    bound, as for merged checkpoints); the most wasteful first. ``bound`` below 1: never.
+
+    Spark's retention is a version watermark, so packs mostly die whole; what this catches is
+    a pack held by a few members (a partition whose state store was not cleaned for a while)."""
+    packs = list(packs)
+    if bound < 1:
+        return []
+    live = live_members(packs, dead)
+    winners = {(m.pack, m.rel) for m in live.values()}
+    stored_by: dict[str, int] = {}
+    live_by: dict[str, int] = {}
+    for pack in packs:
+        stored_by[pack.name] = sum(m.length for m in pack.members)
+        live_by[pack.name] = sum(m.length for m in pack.members if (pack.name, m.rel) in winners)
+    stored, total_live = sum(stored_by.values()), sum(live_by.values())
+    if stored <= bound * max(total_live, 1):
+        return []
+    order = sorted((p.name for p in packs if p.name in settled and live_by[p.name] > 0
+                    and live_by[p.name] < stored_by[p.name]),
+                   key=lambda n: (live_by[n] / max(1, stored_by[n]), n))
+    chosen = []
+    for name in order:
+        chosen.append(name)
+        stored -= stored_by[name] - live_by[name]
+        if stored <= bound * max(total_live, 1):
+            break
+    return chosen
+
+
+def forward(marks: Iterable[tuple[str, str]], moved: Mapping[str, Iterable[str]],
+            packs: Iterable[Pack]) -> set[tuple[str, str]]:
+    """The marks of deletes, also applied to the packs a compaction copied each member into
+    (a JVM whose view predates the copy named only the old pack)."""
+    holds = {(p.name, m.rel) for p in packs for m in p.members}
+    out: set[tuple[str, str]] = set()
+    for pack, rel in marks:
+        out.add((pack, rel))
+        todo, seen = [pack], {pack}
+        while todo:
+            for target in moved.get(todo.pop(), ()):
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+                    if (target, rel) in holds:
+                        out.add((target, rel))
+    return out
+
+
+def collapse_moved(moved: Mapping[str, Iterable[str]], existing: set[str]) -> dict[str, set[str]]:
+    """The copy lineage with every target that no longer exists replaced by where its members
+    went in turn; entries that lead nowhere are dropped."""
+    out: dict[str, set[str]] = {}
+    for source in moved:
+        found: set[str] = set()
+        todo, seen = list(moved[source]), set()
+        while todo:
+            target = todo.pop()
+            if target in seen:
+                continue
+            seen.add(target)
+            if target in existing:
+                found.add(target)
+            else:
+                todo.extend(moved.get(target, ()))
+        if found:
+            out[source] = found
+    return out
+
+
 def amplification(packs: Iterable[Pack],
                   dead: frozenset[tuple[str, str]] | set[tuple[str, str]]) -> tuple[int, int]:
     """``(stored, live)`` member bytes over all packs: what packing costs in space."""

@@ -12,6 +12,9 @@ One cycle, in this order (``lifecycle/packs.py`` holds the rules, model-checked)
 2. settle each pack visible for the grace: members Spark deleted or rewrote meanwhile are
    dead, unchanged loose copies are redundant;
 3. write the next pack from the eligible loose files (whole, before anything refers to it);
+   (before it, when the packs store more than ``streams.pack.max-space-amplification`` times
+   their live bytes, the live members of the most wasteful packs are copied into a new pack,
+   recorded settled at once; the old packs go in a later cycle);
 4. delete packs all of whose members are dead;
 5. write the catalog (folded tombstones, verdicts, settled packs), then remove the folded
    tombstones;
@@ -58,12 +61,14 @@ class Packer:
     """The packer of one location; keeps only when it first saw each pack (for the grace)."""
 
     def __init__(self, location: Location, *, keep: int, grace: float, max_member: int,
+                 max_amplification: float = 2.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.location = location
         self.packs = Packs(location.storage, location.location)
         self.keep = keep
         self.grace = grace
         self.max_member = max_member
+        self.max_amplification = max_amplification
         self._clock = clock
         self._first_seen: dict[str, float] = {}
 
@@ -91,7 +96,8 @@ class Packer:
         for name in list(self._first_seen):
             if name not in names:
                 del self._first_seen[name]
-        dead = state.dead
+        marks = set().union(*state.tombstones.values()) if state.tombstones else set()
+        dead = set(state.catalog_dead) | rules.forward(marks, state.moved, state.packs)
         settled = set(state.settled) & names
         remove: list[str] = rules.redundant_loose(
             [p for p in state.packs if p.name in settled], loose, dead)
@@ -103,12 +109,25 @@ class Packer:
             remove += verdict.remove_loose
             settled.add(pack.name)
 
+        last = max((p.sequence for p in state.packs), default=0)
+        moved = {k: set(v) for k, v in state.moved.items()}
+        compacted = self._compact(state.packs, dead, settled, last)
+        if compacted is not None:
+            copy, sources = compacted
+            last = copy.sequence
+            for source in sources:
+                moved.setdefault(source, set()).add(copy.name)
+            names.add(copy.name)
+            settled.add(copy.name)  # its members have no loose copies to settle against
+            self._first_seen[copy.name] = self._clock()
+            state.packs.append(copy)
+
         packed = 0
         committed = self._committed(loose, state.packs, dead)
         chosen = [f for f in rules.to_pack(loose, state.packs, dead, committed=committed,
                                            keep=self.keep, max_member=self.max_member)
                   if f.rel not in remove]
-        new_pack = self._write_pack(chosen, max((p.sequence for p in state.packs), default=0))
+        new_pack = self._write_pack(chosen, last)
         if new_pack is not None:
             self._first_seen[new_pack.name] = self._clock()
             names.add(new_pack.name)
@@ -118,14 +137,19 @@ class Packer:
                     dead.add((holder, member.rel))
             state.packs.append(new_pack)
 
-        gone = rules.fully_dead(state.packs, dead, settled)
+        # A compacted pack goes only in a later cycle, once the catalog records its copy as
+        # settled: a crash before that must not leave the copy to be judged against loose files.
+        sources = set(compacted[1]) if compacted is not None else set()
+        gone = [n for n in rules.fully_dead(state.packs, dead, settled) if n not in sources]
         for name in gone:
             self.packs.delete_pack(name)
             names.discard(name)
             settled.discard(name)
+        moved = rules.collapse_moved(moved, names)
         kept_dead = {d for d in dead if d[0] in names}
-        if kept_dead != state.catalog_dead or settled != state.settled or gone:
-            self.packs.write_catalog(kept_dead, settled)
+        if (kept_dead != state.catalog_dead or settled != state.settled or gone
+                or moved != state.moved):
+            self.packs.write_catalog(kept_dead, settled, moved)
         self.packs.delete_tombstones(state.tombstones)
 
         removed = 0
@@ -136,6 +160,28 @@ class Packer:
         remaining = [p for p in state.packs if p.name in names]
         stored, live = rules.amplification(remaining, dead)
         return CycleResult(packed, removed, len(gone), len(remaining), stored, live)
+
+    def _compact(self, packs: list[rules.Pack], dead: set[tuple[str, str]], settled: set[str],
+                 last: int) -> tuple[rules.Pack, list[str]] | None:
+        """Copies the live members of the most wasteful packs into one new pack when the packs
+        store more than ``max_amplification`` times their live bytes; their members are then
+        dead (the copies live on) and the packs go in a later cycle."""
+        sources = rules.choose_compaction(packs, dead, settled, self.max_amplification)
+        if not sources:
+            return None
+        live = rules.live_members(packs, dead)
+        members: list[tuple[str, bytes, int]] = []
+        for member in sorted(live.values(), key=lambda m: m.rel):
+            if member.pack in sources:
+                members.append((member.rel, self.packs.member_bytes(member), member.mtime_ms))
+        name = f"{last + 1:016d}-{uuid.uuid4().hex}.pack"
+        body, index = encode(members)
+        self.packs.write_pack(name, body)
+        for pack in packs:
+            if pack.name in sources:
+                dead.update((pack.name, m.rel) for m in pack.members)
+        return rules.Pack(name, tuple(rules.Member(name, m.rel, m.offset, m.length, m.crc32c,
+                                                   m.mtime_ms) for m in index)), sources
 
     def _committed(self, loose: dict[str, LooseFile], packs: list[rules.Pack],
                    dead: set[tuple[str, str]]) -> int | None:

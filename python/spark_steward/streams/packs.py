@@ -5,8 +5,9 @@ other, then an index of text lines ``offset<TAB>length<TAB>crc32c hex<TAB>mtime 
 then a 24-byte trailer: the index's offset (8 bytes, big-endian), its length (4), its crc32c
 (4) and ``STWPACK1``. Any tool can take one apart; ``StreamPacks.java`` reads the same bytes.
 
-Dead members are listed in ``catalog.txt`` (``dead<TAB>pack<TAB>path``, and ``settled<TAB>pack``
-once the packer decided on a pack) and in tombstone files ``dead/<id>.txt``
+Dead members are listed in ``catalog.txt`` (``dead<TAB>pack<TAB>path``, ``settled<TAB>pack``
+once the packer decided on a pack, ``moved<TAB>pack<TAB>copy`` after a compaction copied a
+pack's live members) and in tombstone files ``dead/<id>.txt``
 (``pack<TAB>path``) that JVMs write when Spark deletes a packed file; the packer folds those
 into the catalog. A pack that cannot be read is an error naming it, never skipped: its loose
 copies are gone.
@@ -102,6 +103,7 @@ class PackState:
     catalog_dead: set[tuple[str, str]] = field(default_factory=set)
     settled: set[str] = field(default_factory=set)
     tombstones: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    moved: dict[str, set[str]] = field(default_factory=dict)  # compacted pack -> its copies
 
     @property
     def dead(self) -> set[tuple[str, str]]:
@@ -179,6 +181,9 @@ class Packs:
                 state.catalog_dead.add((pack, rel))
             elif kind == "settled":
                 state.settled.add(rest)
+            elif kind == "moved":
+                source, _, target = rest.partition("\t")
+                state.moved.setdefault(source, set()).add(target)
         for name in self.pack_names():
             try:
                 state.packs.append(self.index(name))
@@ -196,10 +201,12 @@ class Packs:
                               "checksum")
         return data
 
-    def write_catalog(self, dead: set[tuple[str, str]], settled: set[str]) -> None:
-        names = {p for p, _ in dead} | settled
+    def write_catalog(self, dead: set[tuple[str, str]], settled: set[str],
+                      moved: dict[str, set[str]] | None = None) -> None:
         out = [f"settled\t{name}\n" for name in sorted(settled)]
-        out += [f"dead\t{pack}\t{rel}\n" for pack, rel in sorted(dead) if pack in names]
+        out += [f"moved\t{source}\t{target}\n" for source in sorted(moved or {})
+                for target in sorted((moved or {})[source])]
+        out += [f"dead\t{pack}\t{rel}\n" for pack, rel in sorted(dead)]
         body = "".join(out).encode()
         if len(body) > MAX_CATALOG_BYTES:
             raise StreamError(f"the pack catalog of {self.location} would be {len(body)} bytes, "

@@ -24,7 +24,8 @@ from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
 from spark_steward.config import (CLEANUP_SHUTDOWN_TIMEOUT, STREAMS_ABANDONED_AFTER,
                                   STREAMS_DELEGATE_CLASS, STREAMS_DROP_GRACE,
                                   STREAMS_PACK_ENABLED, STREAMS_PACK_GRACE,
-                                  STREAMS_PACK_KEEP_BATCHES, STREAMS_PACK_MAX_MEMBER,
+                                  STREAMS_PACK_KEEP_BATCHES, STREAMS_PACK_MAX_AMPLIFICATION,
+                                  STREAMS_PACK_MAX_MEMBER,
                                   STREAMS_SWEEP_INTERVAL, STREAMS_TEMP_HORIZON)
 from spark_steward.errors import StewardError
 from spark_steward.kernel import jvm
@@ -283,7 +284,9 @@ class StreamService(RuntimeService):
                         packer = Packer(Location(record.location, self.store.options),
                                         keep=conf.get(STREAMS_PACK_KEEP_BATCHES),
                                         grace=conf.get(STREAMS_PACK_GRACE),
-                                        max_member=conf.get(STREAMS_PACK_MAX_MEMBER))
+                                        max_member=conf.get(STREAMS_PACK_MAX_MEMBER),
+                                        max_amplification=conf.get(
+                                            STREAMS_PACK_MAX_AMPLIFICATION))
                     except StewardError as exc:
                         log.warning("cannot pack %s: %s", record.location, exc)
                         continue

@@ -199,66 +199,51 @@ final class StreamPacks {
     return view;
   }
 
+  /**
+   * Reads the packs in the order that keeps every live file in the view: tombstones, then the
+   * catalog, then the pack listing. A tombstone folded meanwhile is then in the catalog, and a
+   * pack whose members the catalog declares copied elsewhere (a compaction) has its copy,
+   * written before the catalog, in the listing.
+   */
   private View read(long now) throws IOException {
-    StreamFiles.OWN_OPERATIONS.incrementAndGet();
-    FileStatus[] entries;
-    try {
-      entries = fs.listStatus(folder);
-    } catch (FileNotFoundException e) {
+    if (packNames() == null) {  // no pack: one listing, the common case
       return new View(now, Collections.emptyMap(), Collections.emptyMap());
     }
-    List<String> packs = new ArrayList<>();
-    boolean tombstones = false;
-    boolean catalog = false;
-    for (FileStatus s : entries) {
-      String name = s.getPath().getName();
-      if (s.isFile() && PACK_NAME.matcher(name).matches()) {
-        packs.add(name);
-      } else if (name.equals("dead")) {
-        tombstones = true;
-      } else if (name.equals("catalog.txt")) {
-        catalog = true;
-      }
-    }
-    if (packs.isEmpty()) {
-      return new View(now, Collections.emptyMap(), Collections.emptyMap());
-    }
-    Collections.sort(packs);  // the sequence leads the name: newest last
     Set<String> dead = new HashSet<>(killed);
-    if (tombstones) {  // listed before the catalog is read: a folded one is then in the catalog
-      Path dir = new Path(folder, "dead");
-      StreamFiles.OWN_OPERATIONS.incrementAndGet();
-      FileStatus[] marks;
-      try {
-        marks = fs.listStatus(dir);
-      } catch (FileNotFoundException e) {
-        marks = new FileStatus[0];
-      }
-      for (FileStatus s : marks) {
-        String name = s.getPath().getName();
-        if (!s.isFile() || name.startsWith(".") || !name.endsWith(".txt")
-            || s.getLen() > MAX_TOMBSTONES) {
-          continue;
-        }
-        String text = readText(s.getPath(), MAX_TOMBSTONES);
-        if (text != null) {
-          for (String line : text.split("\n")) {
-            if (line.indexOf('\t') > 0) {
-              dead.add(line);
-            }
-          }
-        }
-      }
+    Path dir = new Path(folder, "dead");
+    StreamFiles.OWN_OPERATIONS.incrementAndGet();
+    FileStatus[] marks;
+    try {
+      marks = fs.listStatus(dir);
+    } catch (FileNotFoundException e) {
+      marks = new FileStatus[0];
     }
-    if (catalog) {
-      String text = readText(new Path(folder, "catalog.txt"), MAX_CATALOG);
+    for (FileStatus s : marks) {
+      String name = s.getPath().getName();
+      if (!s.isFile() || name.startsWith(".") || !name.endsWith(".txt")
+          || s.getLen() > MAX_TOMBSTONES) {
+        continue;
+      }
+      String text = readText(s.getPath(), MAX_TOMBSTONES);
       if (text != null) {
         for (String line : text.split("\n")) {
-          if (line.startsWith("dead\t")) {
-            dead.add(line.substring(5));
+          if (line.indexOf('\t') > 0) {
+            dead.add(line);
           }
         }
       }
+    }
+    String catalog = readText(new Path(folder, "catalog.txt"), MAX_CATALOG);
+    if (catalog != null) {
+      for (String line : catalog.split("\n")) {
+        if (line.startsWith("dead\t")) {
+          dead.add(line.substring(5));
+        }
+      }
+    }
+    List<String> packs = packNames();
+    if (packs == null) {
+      return new View(now, Collections.emptyMap(), Collections.emptyMap());
     }
     Map<String, Member> live = new HashMap<>();
     Map<String, List<String>> holders = new HashMap<>();
@@ -280,6 +265,25 @@ final class StreamPacks {
       }
     }
     return new View(now, live, holders);
+  }
+
+  /** The pack files in the folder, oldest first; null when there is none. */
+  private List<String> packNames() throws IOException {
+    StreamFiles.OWN_OPERATIONS.incrementAndGet();
+    FileStatus[] entries;
+    try {
+      entries = fs.listStatus(folder);
+    } catch (FileNotFoundException e) {
+      return null;
+    }
+    List<String> packs = new ArrayList<>();
+    for (FileStatus s : entries) {
+      if (s.isFile() && PACK_NAME.matcher(s.getPath().getName()).matches()) {
+        packs.add(s.getPath().getName());
+      }
+    }
+    Collections.sort(packs);  // the sequence leads the name: newest last
+    return packs.isEmpty() ? null : packs;
   }
 
   private String readText(Path file, int limit) throws IOException {
