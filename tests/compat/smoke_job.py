@@ -226,8 +226,34 @@ def streams(spark: SparkSession, work: Path, found: dict[str, Any]) -> None:
     found["stopped"] = [s.state.value for s in spark_steward.streams.ls()]
     found["temp_swept"] = not temp.exists()
     found["offsets_kept"] = len(list((location / "offsets").iterdir()))
+    # Packed (FLIP-306), then restarted from the packs: this line's manager serves them to the
+    # driver's metadata logs and the executors' state stores.
+    from spark_steward.streams.location import Location
+    from spark_steward.streams.packer import Packer
+
+    before = session.sql("select sum(`count`) from compat_counts").collect()[0][0]
+    packer = Packer(Location(f"file:{location}"), keep=0, grace=3.0, max_member=1 << 20)
+    first = packer.cycle()
+    time.sleep(3.1)  # the grace: longer than a JVM caches its view of the packs
+    second = packer.cycle()
+    found["packed"] = [first.packed > 0, second.removed > 0]
+    query = (rate.groupBy((rate.value % 4).alias("k")).count().writeStream.format("memory")
+             .queryName("compat_counts_packed").outputMode("complete")
+             .trigger(processingTime="200 milliseconds")
+             .option("checkpointLocation", str(location)).start())
+    last = query.lastProgress
+    deadline = time.monotonic() + 120
+    while (query.lastProgress is None or query.lastProgress["batchId"] < 10) \
+            and time.monotonic() < deadline and query.exception() is None:
+        time.sleep(0.2)
+    after = session.sql("select sum(`count`) from compat_counts_packed").collect()[0][0]
+    found["restarted_from_packs"] = [query.exception() is None, last is None,
+                                     after is not None and after > before]
+    query.stop()
+    runtime.flush_events()
+    service.cleaner.wait_idle(30.0)
     service.store.drop_grace = 0.0
-    found["dropped_files"] = spark_steward.streams.drop("compat_counts").files
+    found["dropped_files"] = spark_steward.streams.drop("compat_counts_packed").files
     found["location_after_drop"] = location.exists()
 
 

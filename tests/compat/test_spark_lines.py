@@ -113,6 +113,8 @@ def test_streaming_locations_are_recorded_swept_and_dropped(run: SmokeRun) -> No
     assert found["running"] == [[True, "running"]]
     assert found["cleaner_idle"] is True and found["stopped"] == ["stopped"]
     assert found["temp_swept"] is True and found["offsets_kept"] >= 2
+    assert found["packed"] == [True, True]
+    assert found["restarted_from_packs"] == [True, True, True]  # state restored from packs
     assert found["dropped_files"] > 0 and found["location_after_drop"] is False
 
 
