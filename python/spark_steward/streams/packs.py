@@ -125,8 +125,16 @@ class Packs:
         self._indexes: dict[str, Pack] = {}  # packs never change: read once
 
     def pack_names(self) -> list[str]:
-        return sorted(n for n in self.storage.list_names(PACKS_FOLDER) if PACK_NAME.fullmatch(n)
-                      and not self.storage.fs.isdir(self.storage.path(f"{PACKS_FOLDER}/{n}")))
+        """The pack files, oldest first (a folder of a pack's name is not one)."""
+        try:
+            entries = self.storage.fs.ls(self.storage.path(PACKS_FOLDER), detail=True)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StorageError(f"could not list {self.location}/{PACKS_FOLDER}: {exc}") from exc
+        names = (str(e["name"]).rstrip("/").rsplit("/", 1)[-1] for e in entries
+                 if e.get("type") != "directory")
+        return sorted(n for n in names if PACK_NAME.fullmatch(n))
 
     def has_packs(self) -> bool:
         return bool(self.pack_names())

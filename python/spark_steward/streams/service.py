@@ -297,9 +297,9 @@ class StreamService(RuntimeService):
                         self._packers[qid] = packer
                 try:
                     result = packer.cycle()
-                except (StewardError, OSError) as exc:
+                except Exception as exc:  # noqa: BLE001 - one location never stops the thread
                     log.warning("packing %s failed (the next batch retries): %s",
-                                record.location, exc)
+                                record.location, exc, exc_info=not isinstance(exc, StewardError))
                     continue
                 log.debug("packed %s: %s", record.location, result)
             self._stop.wait(1.0)

@@ -1,0 +1,162 @@
+"""Packed streaming checkpoint locations on real files (FLIP-306): unpack, drop, survey, CLI.
+
+The location is packed by the real :class:`~spark_steward.streams.packer.Packer`; what Spark
+saw before (every logical file and its bytes) is compared with the plain layout after
+``unpack``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_steward.errors import StreamActive
+from spark_steward.lifecycle.packs import PACKS_FOLDER, packable
+from spark_steward.storage import Storage
+from spark_steward.streams.location import Location
+from spark_steward.streams.packer import Packer
+from spark_steward.streams.packs import Packs
+from spark_steward.streams.store import StreamStore
+from tests.integration.test_streams_store import (GRACE, HORIZON, T0, _finished_app, _live_app,
+                                                  _registered, _stream, _write, apps, clock,
+                                                  storage, store)
+
+__all__ = ["apps", "clock", "storage", "store"]  # the fixtures, shared
+
+
+def _packed_location(root: Path, batches: int = 6) -> dict[str, bytes]:
+    """A location of ``batches`` committed batches, packed (loose copies removed); returns
+    every logical file Spark sees with its bytes."""
+    _write(root / "metadata", b'{"id":"x"}')
+    for batch in range(batches):
+        _write(root / "offsets" / str(batch), f"offsets {batch}".encode())
+        _write(root / "offsets" / f".{batch}.crc", b"crc")
+        _write(root / "commits" / str(batch), f"commits {batch}".encode())
+        for part in (0, 1):
+            _write(root / "state" / "0" / str(part) / f"{batch + 1}.delta", bytes([batch]) * 50)
+    seen = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
+            if p.is_file() and packable(str(p.relative_to(root))) is not None}
+    packer = Packer(Location(f"file:{root}"), keep=1, grace=0.0, max_member=1 << 20)
+    assert packer.cycle().packed > 0
+    assert packer.cycle().removed > 0
+    return seen
+
+
+def _logical(root: Path) -> dict[str, bytes]:
+    storage = Storage.from_url(f"file://{root}")
+    packs = Packs(storage, str(root))
+    out = {rel: packs.member_bytes(m) for rel, m in packs.read().live().items()}
+    for path in root.rglob("*"):
+        rel = str(path.relative_to(root))
+        if path.is_file() and packable(rel) is not None:
+            out[rel] = path.read_bytes()
+    return out
+
+
+def test_unpack_writes_every_packed_file_back_and_removes_the_packs(
+        tmp_path: Path, storage: Storage, apps, store: StreamStore) -> None:  # noqa: ANN001
+    root = tmp_path / "q1"
+    seen = _packed_location(root)
+    assert not (root / "offsets" / "0").exists() and _logical(root) == seen
+    _finished_app(apps)
+    _registered(storage, _stream(root, stopped=T0 - 100))
+
+    result = store.unpack("q1")
+
+    assert result.files > 0 and result.packs == 1
+    assert not (root / PACKS_FOLDER).exists()
+    plain = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
+             if p.is_file() and packable(str(p.relative_to(root))) is not None}
+    assert plain == seen  # the plain layout holds exactly what Spark saw, byte for byte
+    again = store.unpack("q1")
+    assert (again.files, again.packs) == (0, 0)
+
+
+def test_unpack_keeps_a_loose_file_that_won_over_its_packed_copy(
+        tmp_path: Path, storage: Storage, apps, store: StreamStore) -> None:  # noqa: ANN001
+    root = tmp_path / "q1"
+    _packed_location(root)
+    _write(root / "offsets" / "1", b"rewritten by Spark")
+    _finished_app(apps)
+    _registered(storage, _stream(root, stopped=T0 - 100))
+    store.unpack("q1")
+    assert (root / "offsets" / "1").read_bytes() == b"rewritten by Spark"
+
+
+def test_unpack_refused_while_the_query_may_run(
+        tmp_path: Path, storage: Storage, apps, store: StreamStore) -> None:  # noqa: ANN001
+    root = tmp_path / "q1"
+    seen = _packed_location(root)
+    _live_app(apps)
+    _registered(storage, _stream(root))
+    with pytest.raises(StreamActive, match="refusing to unpack .*still runs"):
+        store.unpack("q1")
+    assert _logical(root) == seen and (root / PACKS_FOLDER).exists()
+
+
+def test_unpack_refused_for_a_location_being_dropped(
+        tmp_path: Path, storage: Storage, apps, store: StreamStore) -> None:  # noqa: ANN001
+    root = tmp_path / "q1"
+    _packed_location(root)
+    _finished_app(apps)
+    _registered(storage, _stream(root, stopped=T0 - 100, dropping=T0 - 10))
+    with pytest.raises(StreamActive, match="being dropped"):
+        store.unpack("q1")
+
+
+def test_a_packed_location_is_dropped_whole(
+        tmp_path: Path, storage: Storage, apps, store: StreamStore,  # noqa: ANN001
+        clock) -> None:  # noqa: ANN001
+    root = tmp_path / "q1"
+    _packed_location(root)
+    _finished_app(apps)
+    _registered(storage, _stream(root, stopped=T0 - 100, heartbeat=T0 - 100))
+    for path in root.rglob("*"):
+        if path.is_file():
+            os.utime(path, (T0 - 100, T0 - 100))
+    clock.advance(GRACE)
+    result = store.drop("q1")
+    assert result.files > 0 and not root.exists()
+
+
+def test_survey_counts_packs_and_sweeps_the_packers_temp_files(tmp_path: Path) -> None:
+    root = tmp_path / "q1"
+    _packed_location(root)
+    temp = _write(root / PACKS_FOLDER / ".0000000000000009-x.pack.tmp-abc", b"half")
+    jvm_temp = _write(root / PACKS_FOLDER / "dead" / ".abc-1.txt.tmp", b"half")
+    location = Location(f"file:{root}")
+    running = location.survey(now=time.time(), query_active=True, horizon=HORIZON)
+    assert running.packs == 1 and running.temps == []  # young, and the query runs
+    stopped = location.survey(now=time.time(), query_active=False, horizon=HORIZON)
+    assert sorted(stopped.temps) == sorted(str(p.relative_to(root)) for p in (temp, jvm_temp))
+
+
+def test_cli_streams_unpack_and_du(tmp_path: Path, storage: Storage, apps) -> None:  # noqa: ANN001
+    root = tmp_path / "q1"
+    seen = _packed_location(root)
+    _finished_app(apps)
+    _registered(storage, _stream(root, stopped=T0 - 100))
+    url = storage.url
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "spark_steward.cli", "streams", *args,
+                               "--storage", url, "--json"], capture_output=True, text=True)
+
+    du = cli("du")
+    assert du.returncode == 0, du.stderr
+    [row] = json.loads(du.stdout)["streams"]
+    assert row["packs"] == 1
+    done = cli("unpack", "q1")
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert body["packs"] == 1 and body["files"] > 0
+    assert _logical(root) == seen
+    missing = cli("unpack", "no-such-query")
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert "no-such-query" in missing.stderr
