@@ -160,3 +160,26 @@ def test_cli_streams_unpack_and_du(tmp_path: Path, storage: Storage, apps) -> No
     missing = cli("unpack", "no-such-query")
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert "no-such-query" in missing.stderr
+
+
+def test_the_packer_never_packs_or_removes_a_symlink_or_an_oversized_file(tmp_path: Path) -> None:
+    """A neighbour's symlink in a state folder (to a file outside the location) is neither read
+    into a pack nor deleted, nor is its target; a file over max-member stays loose."""
+    root = tmp_path / "q1"
+    secret = _write(tmp_path / "outside" / "secret", b"not Spark's")
+    _write(root / "metadata", b'{"id":"x"}')
+    for batch in range(4):
+        _write(root / "offsets" / str(batch), b"o")
+        _write(root / "commits" / str(batch), b"c")
+        _write(root / "state" / "0" / "0" / f"{batch + 1}.delta", b"d" * 10)
+    link = root / "state" / "0" / "0" / "2.snapshot"
+    link.symlink_to(secret)
+    big = _write(root / "state" / "0" / "0" / "1.snapshot", b"s" * 2048)
+    packer = Packer(Location(f"file:{root}"), keep=1, grace=0.0, max_member=1024)
+    packer.cycle()
+    packer.cycle()
+    members = {rel for rel in Packs(Storage.from_url(f"file://{root}"), str(root)).read().live()}
+    assert "state/0/0/2.delta" in members  # packing did happen
+    assert "state/0/0/2.snapshot" not in members and "state/0/0/1.snapshot" not in members
+    assert link.is_symlink() and secret.read_bytes() == b"not Spark's"
+    assert big.exists()
