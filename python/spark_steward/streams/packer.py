@@ -139,8 +139,8 @@ class Packer:
 
         # A compacted pack goes only in a later cycle, once the catalog records its copy as
         # settled: a crash before that must not leave the copy to be judged against loose files.
-        sources = set(compacted[1]) if compacted is not None else set()
-        gone = [n for n in rules.fully_dead(state.packs, dead, settled) if n not in sources]
+        compacting = set(compacted[1]) if compacted is not None else set()
+        gone = [n for n in rules.fully_dead(state.packs, dead, settled) if n not in compacting]
         for name in gone:
             self.packs.delete_pack(name)
             names.discard(name)

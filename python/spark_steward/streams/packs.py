@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 import crc32c as _crc32c
 
@@ -61,7 +61,8 @@ def encode(members: Iterable[tuple[str, bytes, int]]) -> tuple[bytes, tuple[Memb
     return bytes(body) + lines + trailer, tuple(index)
 
 
-def decode_index(name: str, data_tail: bytes, size: int, read_at) -> Pack:
+def decode_index(name: str, data_tail: bytes, size: int,
+                 read_at: Callable[[int, int], bytes]) -> Pack:
     """The index of pack ``name`` (``size`` bytes; ``data_tail`` its last 24 bytes;
     ``read_at(offset, length)`` reads more). ValueError says what is wrong."""
     if size < TRAILER.size or len(data_tail) != TRAILER.size:
