@@ -122,11 +122,21 @@ def logical_files(loose: Iterable[str], live: Mapping[str, Member]) -> set[str]:
     return set(loose) | set(live)
 
 
+def holders_index(packs: Iterable[Pack], dead: frozenset[tuple[str, str]] | set[tuple[str, str]]
+                  ) -> dict[str, list[str]]:
+    """rel -> the packs holding it live (one pass over every member)."""
+    out: dict[str, list[str]] = {}
+    for pack in packs:
+        for member in pack.members:
+            if (pack.name, member.rel) not in dead:
+                out.setdefault(member.rel, []).append(pack.name)
+    return out
+
+
 def holders(packs: Iterable[Pack], rel: str,
             dead: frozenset[tuple[str, str]] | set[tuple[str, str]]) -> list[str]:
     """The packs holding ``rel`` live: a delete of ``rel`` kills it in each."""
-    return [p.name for p in packs
-            if (p.name, rel) not in dead and any(m.rel == rel for m in p.members)]
+    return holders_index(packs, dead).get(rel, [])
 
 
 @dataclass(frozen=True)

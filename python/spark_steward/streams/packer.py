@@ -132,9 +132,9 @@ class Packer:
             self._first_seen[new_pack.name] = self._clock()
             names.add(new_pack.name)
             packed = len(new_pack.members)
+            older = rules.holders_index(state.packs, dead)
             for member in new_pack.members:  # a rewrite: the older packed copies are dead
-                for holder in rules.holders(state.packs, member.rel, dead):
-                    dead.add((holder, member.rel))
+                dead.update((holder, member.rel) for holder in older.get(member.rel, ()))
             state.packs.append(new_pack)
 
         # A compacted pack goes only in a later cycle, once the catalog records its copy as
@@ -174,14 +174,11 @@ class Packer:
         for member in sorted(live.values(), key=lambda m: m.rel):
             if member.pack in sources:
                 members.append((member.rel, self.packs.member_bytes(member), member.mtime_ms))
-        name = f"{last + 1:016d}-{uuid.uuid4().hex}.pack"
-        body, index = encode(members)
-        self.packs.write_pack(name, body)
+        copy = self._store(members, last)
         for pack in packs:
             if pack.name in sources:
                 dead.update((pack.name, m.rel) for m in pack.members)
-        return rules.Pack(name, tuple(rules.Member(name, m.rel, m.offset, m.length, m.crc32c,
-                                                   m.mtime_ms) for m in index)), sources
+        return copy, sources
 
     def _committed(self, loose: dict[str, LooseFile], packs: list[rules.Pack],
                    dead: set[tuple[str, str]]) -> int | None:
@@ -205,8 +202,10 @@ class Packer:
                 continue  # changed since the listing: the next cycle takes it
             members.append((copy.rel, data, copy.mtime_ms))
             total += len(data)
-        if not members:
-            return None
+        return self._store(members, last_sequence) if members else None
+
+    def _store(self, members: list[tuple[str, bytes, int]], last_sequence: int) -> rules.Pack:
+        """Writes a pack of ``members`` as the next in sequence; returns its index."""
         name = f"{last_sequence + 1:016d}-{uuid.uuid4().hex}.pack"
         body, index = encode(members)
         self.packs.write_pack(name, body)
