@@ -181,18 +181,32 @@ def this_place(host: str | None = None) -> Place:
     return Place(host or socket.gethostname(), boot_id(), pid_namespace())
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (Linux), None where unknown."""
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), None where
+    unknown. The name is cut at the last ")": it may hold spaces and parentheses."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode("ascii", "replace")
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
+        return stat.rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (Linux), None where unknown."""
+    fields_ = _proc_stat(pid)
+    try:
+        return int(fields_[19]) if fields_ else None
+    except (ValueError, IndexError):
         return None
 
 
 def process_alive(pid: int, start_ticks: int | None) -> bool:
-    """True when ``pid`` runs and, where known, is the same process (not a reused pid)."""
+    """True when ``pid`` runs and, where known, is the same process (not a reused pid).
+
+    A zombie is dead: a driver whose JVM parent was killed is re-parented to pid 1, and in a
+    container whose pid 1 does not reap (no ``--init``) it stays a zombie, answering signal 0
+    and keeping its start time, for as long as the container lives."""
     if pid <= 0:  # 0 and negatives address process groups, not one process
         return False
     try:
@@ -201,10 +215,17 @@ def process_alive(pid: int, start_ticks: int | None) -> bool:
         return False
     except PermissionError:
         return True
+    fields_ = _proc_stat(pid)
+    if fields_ is None:
+        return True  # no /proc to ask: signal 0 is all there is
+    if fields_[:1] and fields_[0] in ("Z", "X"):
+        return False
     if start_ticks is None:
         return True
-    current = process_start_ticks(pid)
-    return current is None or current == start_ticks
+    try:
+        return int(fields_[19]) == start_ticks
+    except (ValueError, IndexError):
+        return True
 
 
 class ApplicationRegistry:

@@ -61,6 +61,9 @@ def test_spark_checkpoints_of_a_killed_driver_are_removed_by_gc(tmp_path: Path) 
     states = {json.loads((storage / "checkpoints" / e).read_text())["body"]["state"]
               for e in _entries(storage)}
     assert states <= {"pending", "completed"} and states
+    # A crash takes the JVM with it: killing the Python process alone lets the JVM drop py4j's
+    # references and its ContextCleaner legitimately clean a checkpoint before it exits.
+    os.kill(job["jvm_pid"], signal.SIGKILL)
     os.kill(job["pid"], signal.SIGKILL)
     job_run.thread.join(120)
     assert [f for f in _files(cpdir) if "part-" in f] == written   # a crash cleans nothing
@@ -68,6 +71,6 @@ def test_spark_checkpoints_of_a_killed_driver_are_removed_by_gc(tmp_path: Path) 
                          storage.as_uri(), "--json"], capture_output=True, text=True)
     assert gc.returncode == 0, gc.stdout + gc.stderr
     report = {c["name"]: c for c in json.loads(gc.stdout)["collectors"]}["checkpoints"]
-    assert len(report["deleted"]) >= 3 and report["failed"] == []
+    assert len(report["deleted"]) >= 3 and report["failed"] == [], gc.stdout
     assert _files(cpdir) == [] and list(cpdir.iterdir()) == []
     assert _entries(storage) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import time
 import sys
 from dataclasses import asdict, replace
 
@@ -252,6 +253,24 @@ def test_exited_process_is_not_alive() -> None:
     assert process_alive(child.pid, ticks) is False
     assert process_alive(child.pid, None) is False
     assert process_start_ticks(child.pid) is None
+
+
+def test_a_zombie_is_not_alive() -> None:
+    """A driver whose parent JVM was SIGKILLed stays a zombie where pid 1 does not reap: it
+    answers signal 0 and keeps its start time, yet it is dead."""
+    child = subprocess.Popen(["true"])
+    ticks = process_start_ticks(child.pid)
+    try:
+        deadline = time.monotonic() + 10
+        while (open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        os.kill(child.pid, 0)                           # still there: not reaped
+        assert process_start_ticks(child.pid) == ticks  # and the same process
+        assert process_alive(child.pid, ticks) is False
+        assert process_alive(child.pid, None) is False
+    finally:
+        child.wait(timeout=10)
 
 
 def test_start_ticks_of_a_missing_pid_is_none() -> None:

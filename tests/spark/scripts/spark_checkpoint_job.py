@@ -23,6 +23,7 @@ if __name__ == "__main__":
     rdd.checkpoint()                                          # written by the next action
     result = {
         "app_id": sc.applicationId, "pid": os.getpid(),
+        "jvm_pid": os.getppid(),   # spark-submit runs this script as a child of the driver JVM
         "eager": eager.agg(F.sum("y")).collect()[0][0],
         "lazy": lazy.count(),
         "rdd": rdd.sum(),
