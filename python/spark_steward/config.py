@@ -306,6 +306,14 @@ CHECKPOINTS_TRANSPARENT = _key(
     "`rdd.checkpoint()`) in sessions with spark-steward on: registered before they are written, "
     "deleted repeatably when Spark's cleaner drops the checkpointed RDD, at stop, and after a "
     "crash. Also turns on `spark.cleaner.referenceTracking.cleanCheckpoints` unless it is set.")
+CHECKPOINTS_COMPRESSION = _key(
+    "spark.steward.checkpoints.compression", STRING, "zstd",
+    "Codec of the checkpoint data a save writes: `zstd` (level 1), `lz4` (LZ4 frame) or "
+    "`none`. Merged segments use Arrow IPC buffer compression (any Arrow reader opens them); "
+    "one-file-per-partition data compresses each block. Restore reads every codec and the "
+    "uncompressed data of older versions whatever this says. Settable per session; a change "
+    "makes the next save across the checkpoint boundary rewrite every segment once.",
+    choices=("zstd", "lz4", "none"))
 CHECKPOINTS_MERGING = _key(
     "spark.steward.checkpoints.file-merging.enabled", BOOL, "true",
     "Saves checkpoints file-merged (FLIP-306): each partition is one Arrow IPC segment and a "

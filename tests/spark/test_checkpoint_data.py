@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import crc32c
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -23,28 +24,43 @@ from spark_steward.kernel.jvm import java_message
 BLOCK = 1 << 20
 
 
-def _round_trip(spark: Any, df: Any, folder: Path) -> tuple[list[DataFile], Any]:
-    files = write_dataframe(df, folder.as_uri())
+CODECS = {0: "none", 1: "zstd", 2: "lz4"}
+
+
+def _round_trip(spark: Any, df: Any, folder: Path, codec: str = "zstd"
+                ) -> tuple[list[DataFile], Any]:
+    files = write_dataframe(df, folder.as_uri(), codec)
     return files, read_dataframe(spark, folder.as_uri(), files, df.schema.json())
 
 
+def _unpack(codec: int, stored: bytes, raw: int) -> bytes:
+    """A block's raw payload, unpacked by pyarrow's codecs (not ours): the format is standard."""
+    if codec == 0:
+        return stored
+    name = {1: "zstd", 2: "lz4"}[codec]  # pyarrow's "lz4" is the LZ4 frame format
+    return pa.Codec(name).decompress(stored, decompressed_size=raw).to_pybytes()
+
+
 def _blocks(data: bytes) -> list[tuple[int, int, int]]:
-    """(payload length, rows, crc32c) of every block, checking the layout on the way."""
+    """(raw payload length, rows, stored bytes) of every block of a format-2 file, checking the
+    layout on the way."""
     assert data[:4] == b"SSCK"
-    version, fields = struct.unpack_from("<ii", data, 4)
-    assert version == 1 and fields > 0
-    pos, out = 12, []
+    version, fields, codec = struct.unpack_from("<iii", data, 4)
+    assert version == 2 and fields > 0 and codec in CODECS
+    pos, out = 16, []
     while pos < len(data):
-        length, rows, crc = struct.unpack_from("<iiI", data, pos)
-        payload = data[pos + 12:pos + 12 + length]
-        assert len(payload) == length and crc32c.crc32c(payload) == crc
+        length, rows, crc, raw = struct.unpack_from("<iiIi", data, pos)
+        stored = data[pos + 16:pos + 16 + length]
+        assert len(stored) == length and crc32c.crc32c(stored) == crc
+        payload = _unpack(codec, stored, raw)
+        assert len(payload) == raw
         at = 0
         for _ in range(rows):
             (size,) = struct.unpack_from("<i", payload, at)
             at += 4 + size
-        assert at == length, "rows fill the payload exactly"
-        out.append((length, rows, crc))
-        pos += 12 + length
+        assert at == raw, "rows fill the payload exactly"
+        out.append((raw, rows, length))
+        pos += 16 + length
     assert pos == len(data)
     return out
 
@@ -91,9 +107,15 @@ def _nested_row(i: int) -> tuple[Any, ...]:
             (i * 0.5, (f"in-{i}", dt.date(1999, 12, 31))) if i % 4 else (None, None))
 
 
-def test_round_trip_keeps_every_type_value_and_partition(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("codec", ["zstd", "lz4", "none"])
+def test_round_trip_keeps_every_type_value_and_partition(spark: Any, tmp_path: Path,
+                                                         codec: str) -> None:
     df = spark.createDataFrame([_nested_row(i) for i in range(300)], NESTED).repartition(3)
-    files, back = _round_trip(spark, df, tmp_path / "data")
+    files, back = _round_trip(spark, df, tmp_path / "data", codec)
+    for f in files:
+        data = (tmp_path / "data" / f.name).read_bytes()
+        assert CODECS[struct.unpack_from("<i", data, 12)[0]] == codec
+        assert sum(rows for _, rows, _ in _blocks(data)) == f.rows
     assert [f.partition for f in files] == [0, 1, 2]
     assert sum(f.rows for f in files) == 300
     assert back.schema == df.schema
@@ -121,7 +143,8 @@ def test_records_match_the_file_bytes_and_blocks_stay_near_one_mib(spark: Any,
         assert f.crc32c == format(crc32c.crc32c(data), "08x")
         blocks = _blocks(data)
         assert sum(rows for _, rows, _ in blocks) == f.rows
-        assert all(length <= BLOCK or rows == 1 for length, rows, _ in blocks)
+        assert all(raw <= BLOCK or rows == 1 for raw, rows, _ in blocks)
+        assert all(stored < raw / 10 for raw, _, stored in blocks), "repeated text compresses"
         assert len(blocks) >= 2
     assert [rows for _, rows, _ in _blocks((folder / files[2].name).read_bytes())] == [1, 1]
     assert back.agg(F.sum(F.length("s")), F.count("*")).first() == \
@@ -135,7 +158,7 @@ def test_empty_partitions_still_write_a_file(spark: Any, tmp_path: Path) -> None
     files, back = _round_trip(spark, df, tmp_path / "data")
     assert [f.rows for f in files] == [4, 2, 0, 0, 0]
     empty = (tmp_path / "data" / files[4].name).read_bytes()
-    assert len(empty) == 12 == files[4].bytes and _blocks(empty) == []
+    assert len(empty) == 16 == files[4].bytes and _blocks(empty) == []
     assert sorted(back.collect()) == sorted(df.collect())
     assert _partition_sizes(back) == [4, 2, 0, 0, 0]
 
@@ -180,7 +203,7 @@ def test_a_flipped_byte_fails_the_read_naming_the_file_and_crc32c(
     folder, files, schema = written
     path = folder / files[1].name
     raw = bytearray(path.read_bytes())
-    raw[12 + 12 + 5000] ^= 0x01  # inside the first block's payload
+    raw[16 + 16 + _blocks(bytes(raw))[0][2] // 2] ^= 0x01  # inside the first block's payload
     path.write_bytes(bytes(raw))
     message = _read_error(spark, folder, files, schema)
     assert "spark-steward: checkpoint data" in message
@@ -213,6 +236,75 @@ def test_a_missing_file_or_wrong_record_fails_the_read(
     assert "rows, recorded" in _read_error(spark, folder, wrong_rows, schema)
     with pytest.raises(CheckpointError, match="not a plain name"):
         read_dataframe(spark, folder.as_uri(), [DataFile(0, "a b", 0, 12, "0")], schema)
+
+
+def _v1_file(values: list[list[int]]) -> bytes:
+    """A format-1 file (what versions before compression wrote) of rows of one long column:
+    each row an UnsafeRow of a null bitset word and the value."""
+    out = bytearray(b"SSCK" + struct.pack("<ii", 1, 1))
+    for block in values:
+        payload = b"".join(struct.pack("<i", 16) + struct.pack("<qq", 0, v) for v in block)
+        out += struct.pack("<iiI", len(payload), len(block), crc32c.crc32c(payload)) + payload
+    return bytes(out)
+
+
+def test_files_of_format_1_written_before_compression_still_restore(spark: Any,
+                                                                    tmp_path: Path) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    parts = [[[1, 2, 3], [4]], [], [[5, 6]]]
+    files = []
+    for i, blocks in enumerate(parts):
+        data = _v1_file(blocks)
+        (folder / f"part-{i:05d}-old-0").write_bytes(data)
+        files.append(DataFile(i, f"part-{i:05d}-old-0", sum(map(len, blocks)), len(data),
+                              format(crc32c.crc32c(data), "08x")))
+    schema = T.StructType([T.StructField("id", T.LongType())]).json()
+    back = read_dataframe(spark, folder.as_uri(), files, schema)
+    assert _partition_sizes(back) == [4, 0, 2]
+    assert sorted(r.id for r in back.collect()) == [1, 2, 3, 4, 5, 6]
+
+
+def _rewrite_block(data: bytes, *, raw: int | None = None, stored: bytes | None = None,
+                   codec: int | None = None) -> bytes:
+    """``data`` with its first block's raw length, stored bytes (crc32c recomputed, so only the
+    packing is wrong) or file codec replaced."""
+    length, rows, _, old_raw = struct.unpack_from("<iiIi", data, 16)
+    body = stored if stored is not None else data[32:32 + length]
+    head = data[:12] + struct.pack("<i", codec if codec is not None else
+                                   struct.unpack_from("<i", data, 12)[0])
+    block = struct.pack("<iiIi", len(body), rows, crc32c.crc32c(body),
+                        old_raw if raw is None else raw) + body
+    return head + block + data[32 + length:]
+
+
+@pytest.mark.parametrize("case", ["huge-claim", "short-claim", "garbage", "unknown-codec"])
+def test_a_lying_compressed_block_fails_the_read_clearly(
+        spark: Any, written: tuple[Path, list[DataFile], str], case: str) -> None:
+    """A neighbour's block whose checksums agree but whose packing lies: a claimed raw length of
+    2 GiB is refused before anything is allocated, a wrong one or garbage is named corrupt."""
+    folder, files, schema = written
+    path = folder / files[1].name
+    data = path.read_bytes()
+    bad = {"huge-claim": lambda: _rewrite_block(data, raw=2**31 - 1),
+           "short-claim": lambda: _rewrite_block(data, raw=1000),
+           "garbage": lambda: _rewrite_block(data, stored=bytes(range(256)) * 40),
+           "unknown-codec": lambda: _rewrite_block(data, codec=7)}[case]()
+    path.write_bytes(bad)
+    record = DataFile(files[1].partition, files[1].name, files[1].rows, len(bad),
+                      format(crc32c.crc32c(bad), "08x"))
+    message = _read_error(spark, folder, [record], schema)
+    assert "spark-steward: checkpoint data" in message and files[1].name in message
+    expected = {"huge-claim": "claims", "short-claim": "block 0", "garbage": "block 0",
+                "unknown-codec": "codec 7"}[case]
+    assert expected in message, message
+    assert "OutOfMemory" not in message
+
+
+def test_an_unknown_codec_is_refused_before_any_task(spark: Any, tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="codec 'gzip' is not one of zstd, lz4, none"):
+        write_dataframe(spark.range(3), (tmp_path / "data").as_uri(), "gzip")
+    assert not (tmp_path / "data").exists()
 
 
 def test_a_failed_write_is_a_checkpoint_error_with_the_java_message(spark: Any) -> None:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+import crc32c
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
@@ -39,6 +40,7 @@ MERGING = "spark.steward.checkpoints.file-merging.enabled"
 ACROSS = "spark.steward.checkpoints.file-merging.across-checkpoint-boundary"
 BOUND = "spark.steward.checkpoints.file-merging.max-space-amplification"
 REPLACE = "spark.steward.checkpoints.replace-builtin"
+CODEC = "spark.steward.checkpoints.compression"
 
 
 def _name(prefix: str) -> str:
@@ -52,7 +54,8 @@ def store(runtime: Any) -> Any:
 
 @contextmanager
 def session_conf(spark: Any, **values: str) -> Iterator[None]:
-    keys = {"merging": MERGING, "across": ACROSS, "bound": BOUND, "replace": REPLACE}
+    keys = {"merging": MERGING, "across": ACROSS, "bound": BOUND, "replace": REPLACE,
+            "codec": CODEC}
     before = {keys[k]: spark.conf.get(keys[k], None) for k in values}
     for k, v in values.items():
         spark.conf.set(keys[k], v)
@@ -148,6 +151,80 @@ def test_subsumed_and_deleted_checkpoints_leave_no_physical_file_behind(spark: A
     assert series.delete() == [second]
     _idle(store)
     assert _physical(runtime, name) == {} and series.list() == []
+
+
+# -- compression (issue 25) ---------------------------------------------------------------------
+
+
+def _texts(spark: Any, partitions: int = 8) -> Any:
+    return spark.range(0, 40_000, numPartitions=partitions).select(
+        "id", (F.col("id") * 1.5).alias("x"), F.concat(F.lit("name-"), F.col("id")).alias("s"))
+
+
+def _segment_bytes(runtime: Any, seg: Segment) -> bytes:
+    with open(runtime.storage.path(seg.file), "rb") as fh:
+        fh.seek(seg.offset)
+        return fh.read(seg.length)
+
+
+def test_segments_are_compressed_with_the_session_codec_and_any_arrow_reader_opens_them(
+        spark: Any, runtime: Any, store: Any) -> None:
+    df = _texts(spark)
+    sizes = {}
+    for codec in ("none", "lz4", "zstd"):
+        name = _name(f"codec-{codec}")
+        with session_conf(spark, codec=codec):
+            number = spark_steward.checkpoints(name).save(df)
+        segments = _segments(store, name, number)
+        sizes[codec] = sum(s.length for s in segments)
+        seg = segments[5]
+        stream = _segment_bytes(runtime, seg)
+        assert format(crc32c.crc32c(stream), "08x") == seg.crc32c  # over the stored bytes
+        table = pa.ipc.open_stream(stream).read_all()  # pyarrow, nothing of ours
+        assert table.column("id").to_pylist() == list(range(25_000, 30_000))
+        assert table.column("s").to_pylist()[:2] == ["name-25000", "name-25001"]
+        back = spark_steward.checkpoints(name).latest()
+        assert back.agg(F.sum("id"), F.count("*")).first() == (sum(range(40_000)), 40_000)
+    assert sizes["zstd"] < sizes["none"] / 3 and sizes["lz4"] < sizes["none"], sizes
+    with session_conf(spark, codec="gzip"), pytest.raises(Exception, match="compression"):
+        spark_steward.checkpoints(_name("codec-bad")).save(df)
+
+
+def test_uncompressed_segments_restore_under_any_codec(spark: Any, store: Any) -> None:
+    """Segments without compression are what versions before issue 25 wrote: they restore
+    whatever the session's codec says now, and so do compressed ones with the codec off."""
+    df = _texts(spark, 4)
+    name = _name("old")
+    series = spark_steward.checkpoints(name, retained=2)
+    with session_conf(spark, codec="none"):
+        old = series.save(df)
+    with session_conf(spark, codec="zstd"):
+        new = series.save(df)
+        assert sorted(series.restore(old).collect()) == sorted(df.collect())
+    with session_conf(spark, codec="none"):
+        assert sorted(series.restore(new).collect()) == sorted(df.collect())
+
+
+def test_a_codec_change_rewrites_every_segment_once_then_reuses_them(spark: Any,
+                                                                     store: Any) -> None:
+    name = _name("codec-across")
+    series = spark_steward.checkpoints(name, retained=1)
+    df = _texts(spark, 6)
+
+    def written(number: int) -> int:
+        return len([s for s in _segments(store, name, number)
+                    if s.file.startswith(layout.merged_path(name, number))])
+
+    with session_conf(spark, across="true", codec="none"):
+        first = series.save(df)
+        assert written(series.save(df)) == 0  # unchanged: all reused
+    with session_conf(spark, across="true", codec="zstd"):
+        changed = series.save(df)
+        assert written(changed) == 6  # other bytes: all written once, compressed
+        again = series.save(df)
+        assert written(again) == 0  # and reused from then on
+    assert first < changed < again
+    assert sorted(series.latest().collect()) == sorted(df.collect())
 
 
 # -- across the checkpoint boundary, and the amplification bound ------------------------------

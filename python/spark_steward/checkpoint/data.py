@@ -6,12 +6,14 @@ each write their partition to one file, with no Python worker in the way. This m
 URLs, names and the JSON records to the JVM (through :mod:`spark_steward.kernel.jvm`) and turns
 JVM failures into :class:`~spark_steward.errors.CheckpointError`.
 
-File format (integers little-endian): a 12-byte header ``"SSCK" | int32 version (1) | int32
-fields``, then blocks ``int32 payload length | int32 rows | int32 crc32c(payload) | payload`` of
-at most ~1 MiB of rows, each row ``int32 length | UnsafeRow bytes``. Readers verify each block
-before emitting any of its rows, and the row count, size and whole-file crc32c at its end.
+File format 2 (integers little-endian): a 16-byte header ``"SSCK" | int32 version (2) | int32
+fields | int32 codec (0 none, 1 zstd, 2 LZ4 frame)``, then blocks ``int32 stored length | int32
+rows | int32 crc32c(stored) | int32 raw length | stored``, the stored bytes being the packed raw
+payload of at most ~1 MiB of rows, each row ``int32 length | UnsafeRow bytes``. Format 1 (before
+compression: 12-byte headers, no codec, no raw length) is read too. Readers verify each block's
+crc32c before unpacking it, and the row count, size and whole-file crc32c at its end.
 
-Every partition writes exactly one file, also an empty one (12 bytes, 0 rows), so a restore
+Every partition writes exactly one file, also an empty one (16 bytes, 0 rows), so a restore
 has as many partitions as the DataFrame had. Task attempts that did not count (retries,
 speculation) may leave files ``part-<partition>-<tag>-<attempt>`` and hidden temporaries
 ``.part-*.tmp`` in the folder: only the returned :class:`DataFile` records count, and the caller
@@ -30,7 +32,7 @@ from spark_steward.errors import CheckpointError
 from spark_steward.kernel import jvm
 from spark_steward.kernel.jvm import ensure_on_executors
 
-__all__ = ["DataFile", "ensure_on_executors", "hadoop_url", "read_dataframe", "write_dataframe"]
+__all__ = ["CODECS", "DataFile", "check_codec", "ensure_on_executors", "hadoop_url", "read_dataframe", "write_dataframe"]
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,19 +55,33 @@ def hadoop_url(storage_url: str) -> str:
     return jvm.hadoop_url(storage_url, "checkpoint data", CheckpointError)
 
 
+#: What ``spark.steward.checkpoints.compression`` may name; the JVM knows the same three.
+CODECS = ("zstd", "lz4", "none")
+
+
+def check_codec(codec: str) -> str:
+    """``codec`` if the JVM writes it; CheckpointError naming it otherwise."""
+    if codec not in CODECS:
+        raise CheckpointError(f"checkpoint compression codec {codec!r} is not one of "
+                              f"{', '.join(CODECS)}")
+    return codec
+
+
 # -- the data path ----------------------------------------------------------------------------
 
-def write_dataframe(df: "DataFrame", data_url: str) -> list[DataFile]:
+def write_dataframe(df: "DataFrame", data_url: str, codec: str = "zstd") -> list[DataFile]:
     """Writes every partition of ``df`` into the folder ``data_url`` (a Hadoop URL, see
-    :func:`hadoop_url`) in one Spark job; returns one record per partition, by partition.
+    :func:`hadoop_url`) in one Spark job, each block packed with ``codec`` (``zstd``, ``lz4`` or
+    ``none``); returns one record per partition, by partition.
 
     Files not named in the result (failed or speculative attempts) may be in the folder."""
+    check_codec(codec)
     if not jvm.is_classic(df):
         raise CheckpointError("checkpoint data needs a classic (non Spark Connect) DataFrame")
     sc = df.sparkSession.sparkContext
     ensure_on_executors(sc)
     tag = uuid.uuid4().hex[:12]
-    out = jvm.call(sc, "writeCheckpointData", jvm.dataframe_handle(df), data_url, tag,
+    out = jvm.call(sc, "writeCheckpointData", jvm.dataframe_handle(df), data_url, tag, codec,
                    error=CheckpointError, what=f"writing checkpoint data to {data_url} failed")
     files = [DataFile(partition=int(r["partition"]), name=str(r["name"]), rows=int(r["rows"]),
                       bytes=int(r["bytes"]), crc32c=str(r["crc32c"]))

@@ -24,8 +24,9 @@ from spark_steward.checkpoint.merging.dataframes import ARTIFACT_FORMAT as MERGE
 from spark_steward.checkpoint.merging.dataframes import restore_merged, save_merged
 from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
 from spark_steward.cleaner import OrphanKey, RetryingCleaner, cleaner_from_conf
-from spark_steward.config import (CHECKPOINTS_MERGING, CHECKPOINTS_ORPHAN_GRACE,
-                                  CHECKPOINTS_RETAINED, CLEANUP_SHUTDOWN_TIMEOUT)
+from spark_steward.config import (CHECKPOINTS_COMPRESSION, CHECKPOINTS_MERGING,
+                                  CHECKPOINTS_ORPHAN_GRACE, CHECKPOINTS_RETAINED,
+                                  CLEANUP_SHUTDOWN_TIMEOUT)
 from spark_steward.errors import CheckpointCorrupt, CheckpointError, StewardError
 from spark_steward.kernel import jvm
 from spark_steward.kernel.runtime import RuntimeService, runtime_for
@@ -214,7 +215,9 @@ class CheckpointSeries:
         try:
             # Through the module: the crash suite intercepts data.write_dataframe.
             data_url = data.hadoop_url(store.storage.url_of(entry.data))
-            files = data.write_dataframe(df, data_url)
+            codec = session_value(df.sparkSession, CHECKPOINTS_COMPRESSION,
+                                  runtime.conf.get(CHECKPOINTS_COMPRESSION))
+            files = data.write_dataframe(df, data_url, codec)
             store.require_visible(entry, {f"{entry.data}/{f.name}": f.bytes for f in files})
             _remove_unlisted(store, entry, {f.name for f in files})
             artifact = {

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from spark_steward.checkpoint.store import CheckpointStore
 from spark_steward.cleaner import OrphanKey
-from spark_steward.config import (CHECKPOINTS_MERGING_ACROSS_BOUNDARY,
+from spark_steward.config import (CHECKPOINTS_COMPRESSION, CHECKPOINTS_MERGING_ACROSS_BOUNDARY,
                                   CHECKPOINTS_MERGING_MAX_AMPLIFICATION,
                                   CHECKPOINTS_MERGING_MAX_FILE_SIZE)
 from spark_steward.errors import CheckpointCorrupt, CheckpointError
@@ -121,7 +121,7 @@ def save_merged(runtime: "DriverRuntime", store: CheckpointStore, series: str, d
     try:
         max_file_size = setting(CHECKPOINTS_MERGING_MAX_FILE_SIZE)
         segments = write_merged(df, store.storage, entry.data, max_file_size=max_file_size,
-                                known=known)
+                                known=known, codec=setting(CHECKPOINTS_COMPRESSION))
         new: dict[str, int] = {}
         for seg in segments:
             if seg.file.startswith(entry.data.rstrip("/") + "/"):
@@ -168,15 +168,20 @@ def restore_merged(spark: "SparkSession", store: CheckpointStore, entry: Checkpo
 
 
 def write_merged(df: "DataFrame", storage: "Storage", folder: str, *, max_file_size: int,
-                 known: Mapping[str, Segment]) -> list[Segment]:
+                 known: Mapping[str, Segment], codec: str = "zstd") -> list[Segment]:
     """Runs one Spark job that writes every partition of ``df`` as a segment below ``folder``
-    (or reuses a ``known`` segment with the same content); returns the segments by partition."""
+    (or reuses a ``known`` segment with the same content), its Arrow buffers compressed with
+    ``codec``; returns the segments by partition. Known segments match by the sha-256 of their
+    stored bytes, so segments of another codec are written anew (once)."""
+    from spark_steward.checkpoint.data import check_codec
+
+    check_codec(codec)
     if not jvm.is_classic(df):
         raise CheckpointError("checkpoint data needs a classic (non Spark Connect) DataFrame")
     sc = df.sparkSession.sparkContext
     ensure_on_executors(sc)
-    streams = jvm.to_rdd(jvm.call(sc, "encodeSegments", jvm.dataframe_handle(df), CHUNK_BYTES),
-                         sc)
+    streams = jvm.to_rdd(jvm.call(sc, "encodeSegments", jvm.dataframe_handle(df), CHUNK_BYTES,
+                                  codec), sc)
     group = not storage.is_local
     if streams.getNumPartitions() > sc.defaultParallelism:
         streams = streams.coalesce(max(1, sc.defaultParallelism))

@@ -50,12 +50,16 @@ import org.apache.spark.util.TaskCompletionListener;
  * integers little-endian):
  *
  * <pre>
- *   header:  "SSCK" | int32 version (1) | int32 number of fields of the rows
- *   blocks:  int32 payload length | int32 row count | int32 crc32c(payload) | payload
- *   payload: row count times (int32 length | UnsafeRow bytes)
+ *   header:  "SSCK" | int32 version (2) | int32 number of fields of the rows | int32 codec
+ *   blocks:  int32 stored length | int32 row count | int32 crc32c(stored) | int32 raw length
+ *            | stored (the raw payload packed with the codec: 0 none, 1 zstd, 2 LZ4 frame)
+ *   raw:     row count times (int32 length | UnsafeRow bytes)
  * </pre>
  *
- * A block holds rows up to ~1 MiB of payload (a single larger row makes a block of its own). A
+ * Version 1 (written before compression) has a 12-byte header without the codec and 12-byte
+ * block headers without the raw length, its payload stored raw; readers take both.
+ *
+ * A block holds rows up to ~1 MiB of raw payload (a single larger row makes a block of its own). A
  * reader verifies a block's crc32c before it emits any of its rows, and at the end of the file
  * checks the row count, the size and the crc32c of the whole file against the writer's record.
  * An empty partition still writes a file (the header alone), so a restore has every partition.
@@ -66,9 +70,11 @@ import org.apache.spark.util.TaskCompletionListener;
  * under other names: only the records {@link #write} returns count.
  */
 final class CheckpointData {
-  static final int VERSION = 1;
+  static final int VERSION = 2;
   static final int FILE_HEADER = 12;
+  static final int FILE_HEADER_V2 = 16;
   static final int BLOCK_HEADER = 12;
+  static final int BLOCK_HEADER_V2 = 16;
   static final int BLOCK_TARGET = 1 << 20;
   static final String ERROR = "spark-steward: checkpoint data ";
   private static final byte[] MAGIC = "SSCK".getBytes(StandardCharsets.US_ASCII);
@@ -86,7 +92,8 @@ final class CheckpointData {
    * {@code {"partition":0,"name":"part-00000-...","rows":10,"bytes":532,"crc32c":"0a1b2c3d"}}.
    * Only these files count: other task attempts may leave files (never under a listed name).
    */
-  public static String write(Dataset<Row> df, String dirUrl, String attemptTag) {
+  public static String write(Dataset<Row> df, String dirUrl, String attemptTag, String codec) {
+    int blockCodec = SegmentCompression.blockCodec(codec); // an unknown one fails here
     if (!attemptTag.matches("[A-Za-z0-9_]{1,64}")) {
       throw new IllegalArgumentException(
           ERROR + "attempt tag must be 1-64 letters, digits or '_': " + attemptTag);
@@ -103,7 +110,8 @@ final class CheckpointData {
             public List<String> apply() {
               RDD<InternalRow> rows = qe.toRdd();
               return rows.toJavaRDD()
-                  .mapPartitionsWithIndex(new WriteTask(conf, dirUrl, attemptTag, schema), false)
+                  .mapPartitionsWithIndex(new WriteTask(conf, dirUrl, attemptTag, schema,
+                      blockCodec), false)
                   .collect();
             }
           });
@@ -183,13 +191,15 @@ final class CheckpointData {
     private final String dirUrl;
     private final String tag;
     private final StructType schema;
+    private final int codec;
 
     WriteTask(Broadcast<SerializableConfiguration> conf, String dirUrl, String tag,
-              StructType schema) {
+              StructType schema, int codec) {
       this.conf = conf;
       this.dirUrl = dirUrl;
       this.tag = tag;
       this.schema = schema;
+      this.codec = codec;
     }
 
     @Override
@@ -203,7 +213,7 @@ final class CheckpointData {
       boolean inPlace = OBJECT_STORES.contains(scheme);
       Path target = new Path(dir, name);
       Path tmp = inPlace ? target : new Path(dir, "." + name + ".tmp");
-      BlockWriter writer = new BlockWriter(schema);
+      BlockWriter writer = new BlockWriter(schema, codec);
       boolean done = false;
       try {
         try (FSDataOutputStream out = fs.create(tmp, false)) {
@@ -233,19 +243,25 @@ final class CheckpointData {
     }
   }
 
-  /** Packs rows into blocks in one reused buffer; one write per block. */
+  /**
+   * Packs rows into blocks in one reused buffer, each compressed with the file's codec; one write
+   * per block. Writes format 2; readers take 1 and 2.
+   */
   static final class BlockWriter {
     private final StructType schema;
+    private final int codec;
     private final Checksum blockCrc = SparkCompat.crc32c();
     private final Checksum fileCrc = SparkCompat.crc32c();
-    private byte[] buf = new byte[BLOCK_HEADER + BLOCK_TARGET + 1024];
-    private int pos = BLOCK_HEADER;
+    private byte[] buf = new byte[BLOCK_TARGET + 1024];
+    private final byte[] blockHeader = new byte[BLOCK_HEADER_V2];
+    private int pos;
     private int blockRows;
     long rows;
     long bytes;
 
-    BlockWriter(StructType schema) {
+    BlockWriter(StructType schema, int codec) {
       this.schema = schema;
+      this.codec = codec;
     }
 
     int fileCrc() {
@@ -253,10 +269,11 @@ final class CheckpointData {
     }
 
     void writeAll(Iterator<InternalRow> it, FSDataOutputStream out) throws IOException {
-      byte[] header = new byte[FILE_HEADER];
+      byte[] header = new byte[FILE_HEADER_V2];
       System.arraycopy(MAGIC, 0, header, 0, 4);
       putIntLE(header, 4, VERSION);
       putIntLE(header, 8, schema.length());
+      putIntLE(header, 12, codec);
       out.write(header);
       fileCrc.update(header, 0, header.length);
       bytes = header.length;
@@ -277,15 +294,15 @@ final class CheckpointData {
           unsafe = projection.apply(row);
         }
         int size = unsafe.getSizeInBytes();
-        if (size > Integer.MAX_VALUE - 64 - pos) {
+        if (size > Integer.MAX_VALUE - 1024 - pos) {
           throw new IOException(ERROR + "a row of " + size + " bytes is too large");
         }
         int need = 4 + size;
-        if (blockRows > 0 && pos + need > BLOCK_HEADER + BLOCK_TARGET) {
+        if (blockRows > 0 && pos + need > BLOCK_TARGET) {
           flush(out);
         }
         if (pos + need > buf.length) { // one row larger than a block: a block of its own
-          byte[] bigger = new byte[BLOCK_HEADER + need];
+          byte[] bigger = new byte[need];
           System.arraycopy(buf, 0, bigger, 0, pos);
           buf = bigger;
         }
@@ -301,20 +318,28 @@ final class CheckpointData {
     }
 
     private void flush(FSDataOutputStream out) throws IOException {
-      int payload = pos - BLOCK_HEADER;
+      byte[] stored = buf;
+      int length = pos;
+      if (codec != SegmentCompression.BLOCK_NONE) {
+        stored = SegmentCompression.packBlock(codec, buf, 0, pos);
+        length = stored.length;
+      }
       blockCrc.reset();
-      blockCrc.update(buf, BLOCK_HEADER, payload);
-      putIntLE(buf, 0, payload);
-      putIntLE(buf, 4, blockRows);
-      putIntLE(buf, 8, (int) blockCrc.getValue());
-      out.write(buf, 0, pos);
-      fileCrc.update(buf, 0, pos);
-      bytes += pos;
+      blockCrc.update(stored, 0, length);
+      putIntLE(blockHeader, 0, length);
+      putIntLE(blockHeader, 4, blockRows);
+      putIntLE(blockHeader, 8, (int) blockCrc.getValue());
+      putIntLE(blockHeader, 12, pos);
+      out.write(blockHeader);
+      out.write(stored, 0, length);
+      fileCrc.update(blockHeader, 0, blockHeader.length);
+      fileCrc.update(stored, 0, length);
+      bytes += blockHeader.length + length;
       rows += blockRows;
-      pos = BLOCK_HEADER;
+      pos = 0;
       blockRows = 0;
-      if (buf.length > BLOCK_HEADER + BLOCK_TARGET + 1024) {
-        buf = new byte[BLOCK_HEADER + BLOCK_TARGET + 1024]; // drop a giant row's buffer
+      if (buf.length > BLOCK_TARGET + 1024) {
+        buf = new byte[BLOCK_TARGET + 1024]; // drop a giant row's buffer
       }
     }
   }
@@ -387,7 +412,8 @@ final class CheckpointData {
     private final FileSpec spec;
     private final int numFields;
     private final Checksum fileCrc = SparkCompat.crc32c();
-    private final byte[] header = new byte[BLOCK_HEADER];
+    private byte[] header = new byte[BLOCK_HEADER];
+    private int codec = SegmentCompression.BLOCK_NONE;
     private FSDataInputStream in;
     private long offset;
     private long rows;
@@ -468,14 +494,26 @@ final class CheckpointData {
         }
       }
       int version = getIntLE(fileHeader, 4);
-      if (version != VERSION) {
-        throw fail("format version " + version + " is not supported (only " + VERSION + ")");
+      if (version != 1 && version != VERSION) {
+        throw fail("format version " + version + " is not supported (only 1 and " + VERSION
+            + ")");
       }
       int fields = getIntLE(fileHeader, 8);
       if (fields != numFields) {
         throw fail("rows have " + fields + " fields, the schema has " + numFields);
       }
       fileCrc.update(fileHeader, 0, fileHeader.length);
+      if (version == 2) {
+        byte[] codecBytes = new byte[4];
+        readFully(codecBytes, "file header codec");
+        codec = getIntLE(codecBytes, 0);
+        if (codec != SegmentCompression.BLOCK_NONE && codec != SegmentCompression.BLOCK_ZSTD
+            && codec != SegmentCompression.BLOCK_LZ4) {
+          throw fail("codec " + codec + " is not one of 0 (none), 1 (zstd), 2 (lz4)");
+        }
+        fileCrc.update(codecBytes, 0, 4);
+        header = new byte[BLOCK_HEADER_V2];
+      }
     }
 
     private void readBlock() throws IOException {
@@ -484,12 +522,13 @@ final class CheckpointData {
       int payload = getIntLE(header, 0);
       int count = getIntLE(header, 4);
       int recorded = getIntLE(header, 8);
-      if (payload < 0 || count < 0 || payload > spec.size - offset) {
-        throw fail("block " + blockIndex + " header at byte " + (offset - BLOCK_HEADER)
+      int raw = header.length == BLOCK_HEADER_V2 ? getIntLE(header, 12) : payload;
+      if (payload < 0 || count < 0 || raw < 0 || payload > spec.size - offset) {
+        throw fail("block " + blockIndex + " header at byte " + (offset - header.length)
             + " is corrupt (payload " + payload + " bytes, " + count + " rows, "
             + (spec.size - offset) + " bytes left of the recorded " + spec.size + ")");
       }
-      fileCrc.update(header, 0, BLOCK_HEADER);
+      fileCrc.update(header, 0, header.length);
       byte[] data = new byte[payload];
       readFully(data, "block " + blockIndex + " payload");
       Checksum crc = SparkCompat.crc32c();
@@ -502,6 +541,11 @@ final class CheckpointData {
       fileCrc.update(data, 0, payload);
       if (count == 0 && payload != 0) {
         throw fail("block " + blockIndex + " has " + payload + " bytes and no rows");
+      }
+      try {
+        data = SegmentCompression.unpackBlock(codec, data, raw);
+      } catch (IllegalStateException e) {
+        throw fail("block " + blockIndex + ": " + e.getMessage());
       }
       block = data;
       blockRows = count;

@@ -90,8 +90,9 @@ public final class PythonFacade {
   // -- checkpoint data (CheckpointData) ------------------------------------------------------------
 
   /** Writes every partition of {@code df} into {@code dirUrl}; the JSON records of the files. */
-  public static String writeCheckpointData(Dataset<Row> df, String dirUrl, String attemptTag) {
-    return CheckpointData.write(df, dirUrl, attemptTag);
+  public static String writeCheckpointData(Dataset<Row> df, String dirUrl, String attemptTag,
+      String codec) {
+    return CheckpointData.write(df, dirUrl, attemptTag, codec);
   }
 
   /** A DataFrame over checkpoint data files listed in {@code files} (lazy). */
@@ -136,8 +137,8 @@ public final class PythonFacade {
   // -- file-merged checkpoints (SegmentCodec, SegmentFiles) ------------------------------------
 
   /** The partitions of {@code df} as Arrow IPC streams in pieces of {@code chunkBytes}. */
-  public static JavaRDD<byte[]> encodeSegments(Dataset<Row> df, int chunkBytes) {
-    return SegmentCodec.encode(df, chunkBytes);
+  public static JavaRDD<byte[]> encodeSegments(Dataset<Row> df, int chunkBytes, String codec) {
+    return SegmentCodec.encode(df, chunkBytes, codec);
   }
 
   /** A DataFrame of {@code schemaJson} over Arrow IPC streams, one per partition (lazy). */

@@ -19,6 +19,7 @@ import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowStreamReader;
 import org.apache.arrow.vector.ipc.ArrowStreamWriter;
 import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.ipc.message.IpcOption;
 import org.apache.arrow.vector.ipc.message.MessageChannelReader;
 import org.apache.arrow.vector.ipc.message.MessageResult;
 import org.apache.arrow.vector.types.pojo.Schema;
@@ -48,8 +49,10 @@ import org.apache.spark.util.TaskCompletionListener;
  * included, with no Hadoop connector on the executors). Nothing here does storage IO.
  *
  * <p>{@link #encode} makes each partition one Arrow IPC stream (schema, record batches,
- * end-of-stream marker), so any Arrow reader ({@code pyarrow.ipc.open_stream}) reads a partition
- * from its bytes alone. The stream reaches Python as the elements of its partition:
+ * end-of-stream marker), its buffers compressed with the IPC format's own codecs (zstd, LZ4 frame
+ * or none: {@link SegmentCompression}), so any Arrow reader ({@code pyarrow.ipc.open_stream})
+ * reads a partition from its bytes alone. Decoding takes every codec, so segments written before
+ * compression (plain streams) read as they always did. The stream reaches Python as the elements of its partition:
  *
  * <pre>
  *   'D' | next piece of the stream   (zero or more; chunkBytes each, the last one shorter)
@@ -81,17 +84,18 @@ final class SegmentCodec {
    * {@code Dataset.rdd}; the last stage runs in the caller's job, with no SQL execution id (Spark
    * needs none to compute {@code toRdd}; that stage is only missing from the SQL UI).
    */
-  public static JavaRDD<byte[]> encode(Dataset<Row> df, int chunkBytes) {
+  public static JavaRDD<byte[]> encode(Dataset<Row> df, int chunkBytes, String codec) {
     if (chunkBytes <= 0) {
       throw new IllegalArgumentException(ERROR + "chunk size must be positive: " + chunkBytes);
     }
+    SegmentCompression.codecType(codec); // an unknown codec fails here, not in each task
     SQLConf conf = df.sparkSession().sessionState().conf();
     StructType schema = df.schema();
     String timeZone = conf.sessionLocalTimeZone();
     arrowSchema(schema, timeZone); // types Arrow cannot hold fail here rather than in each task
     int maxRows = conf.arrowMaxRecordsPerBatch(); // <= 0: no limit, as in Spark
     EncodeTask task = new EncodeTask(schema, timeZone, maxRows > 0 ? maxRows : Integer.MAX_VALUE,
-        chunkBytes);
+        chunkBytes, codec);
     return df.queryExecution().toRdd().toJavaRDD().mapPartitionsWithIndex(task, false);
   }
 
@@ -154,12 +158,14 @@ final class SegmentCodec {
     private final String timeZone;
     private final int maxRows;
     private final int chunkBytes;
+    private final String codec;
 
-    EncodeTask(StructType schema, String timeZone, int maxRows, int chunkBytes) {
+    EncodeTask(StructType schema, String timeZone, int maxRows, int chunkBytes, String codec) {
       this.schema = schema;
       this.timeZone = timeZone;
       this.maxRows = maxRows;
       this.chunkBytes = chunkBytes;
+      this.codec = codec;
     }
 
     @Override
@@ -199,7 +205,8 @@ final class SegmentCodec {
         root = VectorSchemaRoot.create(arrowSchema(schema, timeZone), allocator); // no buffers yet
         closeOnCompletion(root, allocator);
         writer = ArrowWriter.create(root);
-        stream = new ArrowStreamWriter(root, null, pending);
+        stream = new ArrowStreamWriter(root, null, Channels.newChannel(pending),
+            IpcOption.DEFAULT, SegmentCompression.FACTORY, SegmentCompression.codecType(codec));
         stream.start(); // the schema message, into pending: no rows are read
       }
 
@@ -319,7 +326,8 @@ final class SegmentCodec {
         projection = UnsafeProjection.create(schema); // every field nullable, whatever it says
         allocator = allocator("decode", partition);
         messages = new MessageReader(in, allocator);
-        reader = new ArrowStreamReader(messages, allocator); // reads nothing yet
+        // reads nothing yet; takes uncompressed (older) and compressed segments alike
+        reader = new ArrowStreamReader(messages, allocator, SegmentCompression.FACTORY);
         closeOnCompletion(reader, allocator);
       }
 
