@@ -227,6 +227,67 @@ def test_a_codec_change_rewrites_every_segment_once_then_reuses_them(spark: Any,
     assert sorted(series.latest().collect()) == sorted(df.collect())
 
 
+def _plant(runtime: Any, store: Any, name: str, number: int, partition: int,
+           stream: bytes) -> None:
+    """A neighbour's segment with consistent records: ``stream`` appended to the physical file
+    of ``partition`` and the artifact rewritten to name it with its true length and checksums."""
+    import hashlib
+
+    artifact = store.metadata.read_artifact(name, number)
+    seg = Segment.from_json(artifact["segments"][partition])
+    path = runtime.storage.path(seg.file)
+    offset = os.path.getsize(path)
+    with open(path, "ab") as fh:
+        fh.write(stream)
+    artifact["segments"][partition] = Segment(
+        partition=seg.partition, file=seg.file, offset=offset, length=len(stream),
+        rows=seg.rows, crc32c=format(crc32c.crc32c(stream), "08x"),
+        sha256=hashlib.sha256(stream).hexdigest()).to_json()
+    store.metadata.write_artifact(name, number, artifact)
+
+
+def _arrow_stream(table: Any, codec: str | None = "zstd") -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema,
+                           options=pa.ipc.IpcWriteOptions(compression=codec)) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize("case", ["null-in-not-null", "huge-claim", "garbage-body"])
+def test_a_hostile_compressed_segment_with_true_checksums_fails_clearly(
+        spark: Any, runtime: Any, store: Any, case: str) -> None:
+    """What a neighbour could leave with every record consistent: nulls in a NOT NULL column
+    (read without a copy, so checked per batch), a buffer claiming 2**40 bytes uncompressed
+    (refused before allocating), a zstd body of garbage. The restore fails naming the
+    partition; nothing is read wrong or allocated huge."""
+    name = _name("hostile")
+    series = spark_steward.checkpoints(name)
+    number = series.save(spark.range(0, 3000, numPartitions=3))  # id is NOT NULL
+    ids = pa.array([1, None, 3] if case == "null-in-not-null" else list(range(1000)), pa.int64())
+    stream = bytearray(_arrow_stream(pa.table({"id": ids})))
+    if case != "null-in-not-null":
+        reader = pa.BufferReader(bytes(stream))
+        pa.ipc.read_message(reader)                 # the schema
+        batch = pa.ipc.read_message(reader)
+        body = reader.tell() - batch.body.size      # the validity buffer is empty: the data
+        if case == "huge-claim":                    # buffer's length prefix comes first
+            stream[body:body + 8] = (2 ** 40).to_bytes(8, "little")
+        else:
+            stream[body + 8:reader.tell()] = bytes(range(256)) * ((reader.tell() - body - 8)
+                                                                  // 256) + bytes(
+                (reader.tell() - body - 8) % 256)
+    _plant(runtime, store, name, number, 1, bytes(stream))
+    with pytest.raises(Exception) as info:
+        series.latest().collect()
+    text = str(info.value)
+    assert "checkpoint segment of partition 1" in text, text[:3000]
+    expected = {"null-in-not-null": "which the schema declares NOT NULL",
+                "huge-claim": "claims 1099511627776 uncompressed bytes",
+                "garbage-body": "zstd buffer is corrupt"}[case]
+    assert expected in text, text[:3000]
+
+
 # -- across the checkpoint boundary, and the amplification bound ------------------------------
 
 

@@ -139,7 +139,7 @@ def instrument(trap: Trap) -> None:
            lambda self, series, number: f"rm-entry:{label_of(series, number)}")
     around(store.CheckpointStore, "_delete_data", lambda self, entry: f"rm-data:{who(entry)}")
     around(checkpoint_data, "write_dataframe",
-           lambda df, url: f"write-data:s/{int(url.rstrip('/').rsplit('/', 1)[1])}")
+           lambda df, url, *codec: f"write-data:s/{int(url.rstrip('/').rsplit('/', 1)[1])}")
 
     # Inside Storage._write_local: temp file synced, rename next.
     real_replace = os.replace

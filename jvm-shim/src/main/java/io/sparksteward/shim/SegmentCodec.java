@@ -34,7 +34,9 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
@@ -297,9 +299,43 @@ final class SegmentCodec {
   static final class DecodeTask
       implements Function2<Integer, Iterator<byte[]>, Iterator<InternalRow>> {
     private final StructType schema;
+    /**
+     * Whether rows go out as Arrow's own row views, without a copy of ours: the plan's scan
+     * (RDDScanExec) projects each row into an UnsafeRow before it asks for the next, as it does
+     * for the rows of Spark's own Arrow conversions. Only where no nested part of the schema is
+     * declared NOT NULL: top-level NOT NULL columns are checked per batch, nested ones would need
+     * a walk of every value, so such schemas keep the copy (every field nullable) as before.
+     */
+    private final boolean direct;
 
     DecodeTask(StructType schema) {
       this.schema = schema;
+      boolean nestedNullable = true;
+      for (StructField field : schema.fields()) {
+        nestedNullable &= nestedNullable(field.dataType());
+      }
+      this.direct = nestedNullable;
+    }
+
+    private static boolean nestedNullable(DataType type) {
+      if (type instanceof StructType) {
+        for (StructField field : ((StructType) type).fields()) {
+          if (!field.nullable() || !nestedNullable(field.dataType())) {
+            return false;
+          }
+        }
+        return true;
+      }
+      if (type instanceof ArrayType) {
+        ArrayType array = (ArrayType) type;
+        return array.containsNull() && nestedNullable(array.elementType());
+      }
+      if (type instanceof MapType) {
+        MapType map = (MapType) type;
+        return map.valueContainsNull() && nestedNullable(map.keyType())
+            && nestedNullable(map.valueType());
+      }
+      return true;
     }
 
     @Override
@@ -307,7 +343,10 @@ final class SegmentCodec {
       return pieces.hasNext() ? new Decoder(partition, pieces) : Collections.emptyIterator();
     }
 
-    /** Emits the rows of one stream as UnsafeRows, which outlive their Arrow batch. */
+    /**
+     * Emits the rows of one stream: Arrow's row views, valid until the next batch loads (see
+     * {@link DecodeTask#direct}), or UnsafeRows, which outlive their Arrow batch.
+     */
     final class Decoder implements Iterator<InternalRow> {
       private final int partition;
       private final PieceStream in;
@@ -343,6 +382,11 @@ final class SegmentCodec {
               ColumnVector[] columns = new ColumnVector[root.getFieldVectors().size()];
               for (int i = 0; i < columns.length; i++) {
                 columns[i] = new ArrowColumnVector(root.getVector(i));
+                if (direct && !schema.fields()[i].nullable()
+                    && root.getVector(i).getNullCount() > 0) {
+                  throw fail("holds nulls in field " + i + " (" + schema.fields()[i].name()
+                      + "), which the schema declares NOT NULL");
+                }
               }
               batch = new ColumnarBatch(columns, root.getRowCount()).rowIterator();
               rows += root.getRowCount();
@@ -372,7 +416,7 @@ final class SegmentCodec {
         if (!hasNext()) {
           throw new NoSuchElementException();
         }
-        return projection.apply(batch.next());
+        return direct ? batch.next() : projection.apply(batch.next());
       }
 
       private IOException fail(String what) {
