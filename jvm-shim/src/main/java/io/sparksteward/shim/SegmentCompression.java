@@ -164,7 +164,9 @@ final class SegmentCompression {
 
   static byte[] lz4Frame(byte[] in, int off, int len) {
     ByteArrayOutputStream buf = new ByteArrayOutputStream(len / 2 + 64);
-    try (OutputStream out = new LZ4FrameOutputStream(buf)) {
+    // 64 KiB blocks: the default 4 MiB makes every reader allocate 4 MiB per buffer
+    try (OutputStream out = new LZ4FrameOutputStream(buf,
+        LZ4FrameOutputStream.BLOCKSIZE.SIZE_64KB)) {
       out.write(in, off, len);
     } catch (IOException e) {
       throw new IllegalStateException(ERROR + "lz4 failed: " + e, e);
