@@ -304,6 +304,29 @@ def run_second_app(tmp: Path, rows: int, dim_rows: int) -> dict[str, Any]:
 
 # -- the driver --------------------------------------------------------------------------------
 
+def _du(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+
+
+def stored_bytes(spark: Any, variant: str, target: Any, copy: Path) -> int:
+    """What ``variant``'s cache keeps on disk once materialized: the DISK_ONLY blocks as the
+    block managers report them, the Parquet copy's files, the steward table's data folder."""
+    import spark_steward
+    from spark_steward.tables.service import TableService
+
+    if variant == "disk":
+        return sum(int(info.diskSize()) for info in
+                   spark.sparkContext._jsc.sc().getRDDStorageInfo())
+    if variant == "parquet":
+        return _du(copy)
+    if variant == "steward":
+        store = spark_steward.runtime().service(TableService).store
+        found = store.lookup(target.storage_key) if store and target.storage_key else None
+        return _du(Path(spark_steward.runtime().storage.path(store.data_rel(found[0])))) \
+            if found else 0
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
@@ -324,6 +347,7 @@ def main() -> int:
     spark = None
     dirs: Path | None = None
     mat: dict[str, float] = {}
+    stored: dict[str, int] = {}  # bytes each cache keeps on disk after materializing
     later: dict[str, dict[str, float]] = {v: {} for v in VARIANTS}
     expected: dict[str, Any] = {}
     loss_before: dict[str, float] = {}
@@ -373,6 +397,7 @@ def main() -> int:
                     target = spark_steward.cache(df, shared=True)
                 got = act_count(target)
             mat[variant] = t.seconds
+            stored[variant] = stored_bytes(spark, variant, target, copy)
             if variant == "none":
                 expected["count"] = got
             check(f"{variant} materialization", "count", got)
@@ -471,6 +496,10 @@ def main() -> int:
               + "".join(f" {later[v][a] / later[pq][a]:>9.3f}" for a in ACTIONS))
     print(f"steward materialization / df.cache()'s: {mat['steward'] / mat['memory']:.3f}, "
           f"/ persist(DISK_ONLY)'s: {mat['steward'] / mat['disk']:.3f}")
+    print(f"bytes on disk: persist(DISK_ONLY) blocks {stored['disk'] / 1e6:.2f} MB, Parquet copy "
+          f"{stored['parquet'] / 1e6:.2f} MB, spark-steward table {stored['steward'] / 1e6:.2f} MB"
+          f" ({stored['steward'] / stored['disk']:.2f}x DISK_ONLY, "
+          f"{stored['steward'] / stored['parquet']:.2f}x the Parquet copy)")
     print(f"results: every variant equals the uncached DataFrame (count = {expected['count']:,}"
           f", aggregate {len(expected['aggregate'])} rows, top-N {len(expected['top-N'])} rows)")
 

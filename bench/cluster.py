@@ -13,9 +13,13 @@ medians and the spread (min..max) over rounds, and the median of the per-round r
                reads a copy already on every host (no shipping). With ``--s3``, one more
                application per round ships the file with HA copies in moto's S3 on its own
                host behind its own shaped link (``steward-ha``).
-* checkpoints  ``series.save(df)`` (file-merged, the default) vs ``df.checkpoint(eager=True)``
-               at each of ``--partitions``, both in the shared dir; then one action over each
-               restored DataFrame.
+* checkpoints  ``series.save(df)`` (file-merged, zstd: the defaults; ``steward-none`` without
+               compression) vs ``df.checkpoint(eager=True)`` at each of ``--partitions``, all
+               in the shared dir; then one action over each restored DataFrame; bytes stored.
+               With ``--s3``, one more application per round saves both steward variants to
+               moto's S3 on its own host behind its own shaped link (``s3-steward``,
+               ``s3-steward-none``): the storage behind the link. Spark's own cannot write
+               there (no Hadoop S3 connector in pyspark, no Maven Central here to fetch one).
 * cache        a cached table's later actions vs the hand-written Parquet copy, both in the
                shared dir (``bench/cache.py``'s join + Python UDF + groupBy workload).
 
@@ -47,7 +51,8 @@ from tests.cluster.harness import Cluster, Link  # noqa: E402
 
 JOB = Path(__file__).with_name("cluster_job.py")
 SHIPPING = ("steward", "addfile", "broadcast", "floor")
-SAVES = ("steward", "builtin")
+SAVES = ("steward", "steward-none", "builtin")
+S3_SAVES = ("steward", "steward-none")
 CACHES = ("steward", "parquet")
 
 
@@ -180,7 +185,15 @@ class Bench:
                                "--order", ",".join(order), "--partitions", str(partitions),
                                "--rows", str(self.args.rows), "--spark-dir", str(spark_dir))
             shutil.rmtree(spark_dir, ignore_errors=True)
-            self.samples.setdefault(f"checkpoints-{partitions}", []).append(body["results"])
+            sample = dict(body["results"])
+            if self.args.s3:
+                remote = self.submit("checkpoints", steward_flags(
+                    f"s3://{self.bucket}/checkpoints-{round_no}-{partitions}",
+                    f"spark.steward.storage.option.endpoint_url={self.cluster.s3_endpoint}"),
+                    "--order", ",".join(rotate(S3_SAVES, round_no)),
+                    "--partitions", str(partitions), "--rows", str(self.args.rows))
+                sample.update({f"s3-{k}": v for k, v in remote["results"].items()})
+            self.samples.setdefault(f"checkpoints-{partitions}", []).append(sample)
 
     # -- cached tables -------------------------------------------------------------------------
 
@@ -206,7 +219,8 @@ def spread(values: list[float]) -> str:
 
 
 def ratio(samples: list[dict[str, Any]], ours: str, peer: str, field: str) -> str:
-    values = [s[ours][field] / s[peer][field] for s in samples if ours in s and peer in s]
+    values = [s[ours][field] / s[peer][field] for s in samples
+              if ours in s and peer in s and s[peer][field]]
     return spread(values) if values else "-"
 
 
@@ -227,14 +241,23 @@ def report(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         if any("steward-ha" in r for r in rows):
             print(f"  steward-ha/addfile first {ratio(rows, 'steward-ha', 'addfile', 'first')}")
         summary["blobs"] = rows
-    for name in sorted(k for k in samples if k.startswith("checkpoints-")):
+    for name in sorted((k for k in samples if k.startswith("checkpoints-")),
+                       key=lambda k: int(k.split("-")[1])):
         rows = samples[name]
         print(f"\n{name} ({len(rows)} rounds): median s (min..max)")
-        for variant in SAVES:
-            print(f"  {variant:<8} save {spread([r[variant]['save'] for r in rows])}  restore "
-                  f"{spread([r[variant]['restore'] for r in rows])}")
-        print(f"  steward/builtin save {ratio(rows, 'steward', 'builtin', 'save')}  restore "
-              f"{ratio(rows, 'steward', 'builtin', 'restore')}")
+        for variant in (*SAVES, *(f"s3-{v}" for v in S3_SAVES)):
+            got = [r[variant] for r in rows if variant in r]
+            if got:
+                print(f"  {variant:<16} save {spread([g['save'] for g in got])}  restore "
+                      f"{spread([g['restore'] for g in got])}  MB "
+                      f"{statistics.median(g['bytes'] for g in got) / 1e6:.1f}")
+        for ours in ("steward", "steward-none"):
+            print(f"  {ours}/builtin save {ratio(rows, ours, 'builtin', 'save')}  restore "
+                  f"{ratio(rows, ours, 'builtin', 'restore')}  bytes "
+                  f"{ratio(rows, ours, 'builtin', 'bytes')}")
+        if any("s3-steward" in r for r in rows):
+            print(f"  s3 zstd/none save {ratio(rows, 's3-steward', 's3-steward-none', 'save')}"
+                  f"  restore {ratio(rows, 's3-steward', 's3-steward-none', 'restore')}")
         summary[name] = rows
     if "cache" in samples:
         rows = samples["cache"]
@@ -263,7 +286,8 @@ def main() -> None:
     parser.add_argument("--cache-rows", type=int, default=2_000_000)
     parser.add_argument("--only", type=lambda s: s.split(","),
                         default=["blobs", "checkpoints", "cache"])
-    parser.add_argument("--s3", action="store_true", help="also ship blobs with HA in S3")
+    parser.add_argument("--s3", action="store_true",
+                        help="also ship blobs with HA in S3 and save checkpoints to S3")
     parser.add_argument("--json")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()

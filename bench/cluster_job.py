@@ -13,8 +13,9 @@ blobs        ``--files DIR`` holds one file per shipping variant (``steward``, `
              ``sc.broadcast``) plus the first job; "warm" is the same job again. ``floor`` reads
              ``--floor``, a copy already on every worker host (what no shipping costs).
 checkpoints  ``df.checkpoint(eager=True)`` (Spark's own method, the hook's ``__wrapped__``) vs
-             ``spark_steward.checkpoints(name).save(df)`` (the default, file-merged layout),
-             then one action over each restored DataFrame; every total must be exact.
+             ``spark_steward.checkpoints(name).save(df)`` (the default, file-merged layout,
+             zstd), ``steward-none`` the same without compression; then one action over each
+             restored DataFrame; every total must be exact. Bytes stored are reported too.
 cache        the first action materializes (``df.write.parquet`` + ``read.parquet`` vs
              ``spark_steward.cache(df)``), then three later actions run on each, alternating.
 """
@@ -117,6 +118,11 @@ def frame_totals(df: Any) -> list[Any]:
     return list(df.agg(count(lit(1)), sum_("id"), sum_("x"), sum_(length("s"))).collect()[0])
 
 
+def _du(root: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(root)
+               for f in files)
+
+
 def checkpoints(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     import spark_steward
     from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
@@ -125,7 +131,11 @@ def checkpoints(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     raw_checkpoint = getattr(ClassicDataFrame.checkpoint, "__wrapped__", None)
     if raw_checkpoint is None:
         raise SystemExit("FAIL: spark-steward's df.checkpoint hook is not installed")
-    sc.setCheckpointDir(args.spark_dir)
+    from spark_steward.checkpoint.service import CheckpointService
+
+    store = spark_steward.runtime().service(CheckpointService).require_store()
+    if args.spark_dir:
+        sc.setCheckpointDir(args.spark_dir)
     series = spark_steward.checkpoints(f"bench-{args.partitions}", retained=1)
     expected = frame_totals(make_frame(spark, args.rows, args.partitions))
     results: dict[str, Any] = {}
@@ -135,21 +145,26 @@ def checkpoints(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
         df = make_frame(spark, args.rows, args.partitions)
         start = time.perf_counter()
         if variant == "builtin":
+            before = _du(args.spark_dir)  # setCheckpointDir made its <uuid> folder already
             restored = raw_checkpoint(df, eager=True)
             save = time.perf_counter() - start
+            stored = _du(args.spark_dir) - before
             start = time.perf_counter()
         else:
+            spark.conf.set("spark.steward.checkpoints.compression",
+                           "none" if variant == "steward-none" else "zstd")
             cp = series.save(df)
             save = time.perf_counter() - start
+            stored = store.get_completed(series.name, cp).bytes
             start = time.perf_counter()
             restored = series.restore(cp)
         got = frame_totals(restored)
         restore = time.perf_counter() - start
         if got != expected:
             raise SystemExit(f"FAIL: {variant} read back {got}, expected {expected}")
-        results[variant] = {"save": save, "restore": restore}
-        print(f"{variant}: save {save:.3f}s, restore+action {restore:.3f}s", file=sys.stderr,
-              flush=True)
+        results[variant] = {"save": save, "restore": restore, "bytes": stored}
+        print(f"{variant}: save {save:.3f}s, restore+action {restore:.3f}s, {stored} bytes",
+              file=sys.stderr, flush=True)
     return results
 
 

@@ -61,8 +61,8 @@ final class SegmentFiles {
     for (Spec spec : specs) {
       local &= "file".equalsIgnoreCase(new Path(spec.url).toUri().getScheme());
     }
-    // Local files are read as RandomAccessFiles: no Hadoop configuration to broadcast, which
-    // cost a restore about a tenth of a second (Spark's own checkpoint broadcasts its at save).
+    // Local files are read as RandomAccessFiles: no Hadoop configuration to broadcast at each
+    // restore (Spark's own checkpoint broadcasts its at save). bench/RESULTS.md, issue 25.
     Broadcast<SerializableConfiguration> conf = local ? null
         : jsc.broadcast(new SerializableConfiguration(spark.sessionState().newHadoopConf()));
     JavaRDD<byte[]> pieces = jsc.parallelize(specs, Math.max(1, specs.size()))
