@@ -32,7 +32,8 @@ from spark_steward.errors import CheckpointError
 from spark_steward.kernel import jvm
 from spark_steward.kernel.jvm import ensure_on_executors
 
-__all__ = ["CODECS", "DataFile", "check_codec", "ensure_on_executors", "hadoop_url", "read_dataframe", "write_dataframe"]
+__all__ = ["CODECS", "DataFile", "check_codec", "ensure_on_executors", "hadoop_url",
+           "read_dataframe", "write_dataframe"]
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
