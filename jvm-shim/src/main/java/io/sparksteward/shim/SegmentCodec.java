@@ -350,7 +350,7 @@ final class SegmentCodec {
     final class Decoder implements Iterator<InternalRow> {
       private final int partition;
       private final PieceStream in;
-      private final UnsafeProjection projection;
+      private UnsafeProjection projection; // made at the first row, only when rows are copied
       private final BufferAllocator allocator;
       private final MessageReader messages;
       private final ArrowStreamReader reader;
@@ -362,7 +362,6 @@ final class SegmentCodec {
       Decoder(int partition, Iterator<byte[]> pieces) {
         this.partition = partition;
         in = new PieceStream(pieces);
-        projection = UnsafeProjection.create(schema); // every field nullable, whatever it says
         allocator = allocator("decode", partition);
         messages = new MessageReader(in, allocator);
         // reads nothing yet; takes uncompressed (older) and compressed segments alike
@@ -416,7 +415,13 @@ final class SegmentCodec {
         if (!hasNext()) {
           throw new NoSuchElementException();
         }
-        return direct ? batch.next() : projection.apply(batch.next());
+        if (direct) {
+          return batch.next();
+        }
+        if (projection == null) { // code generation per task: only where the copy is needed
+          projection = UnsafeProjection.create(schema); // every field nullable, whatever it says
+        }
+        return projection.apply(batch.next());
       }
 
       private IOException fail(String what) {
