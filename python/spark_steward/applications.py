@@ -192,13 +192,16 @@ def _proc_stat(pid: int) -> list[str] | None:
         return None
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (Linux), None where unknown."""
-    fields_ = _proc_stat(pid)
+def _start_ticks(stat: list[str] | None) -> int | None:
     try:
-        return int(fields_[19]) if fields_ else None
+        return int(stat[19]) if stat else None
     except (ValueError, IndexError):
         return None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (Linux), None where unknown."""
+    return _start_ticks(_proc_stat(pid))
 
 
 def process_alive(pid: int, start_ticks: int | None) -> bool:
@@ -215,17 +218,13 @@ def process_alive(pid: int, start_ticks: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    fields_ = _proc_stat(pid)
-    if fields_ is None:
+    stat = _proc_stat(pid)
+    if stat is None:
         return True  # no /proc to ask: signal 0 is all there is
-    if fields_[:1] and fields_[0] in ("Z", "X"):
+    if stat[:1] and stat[0] in ("Z", "X"):
         return False
-    if start_ticks is None:
-        return True
-    try:
-        return int(fields_[19]) == start_ticks
-    except (ValueError, IndexError):
-        return True
+    current = _start_ticks(stat)
+    return start_ticks is None or current is None or current == start_ticks
 
 
 class ApplicationRegistry:

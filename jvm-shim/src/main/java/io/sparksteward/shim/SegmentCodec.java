@@ -54,7 +54,8 @@ import org.apache.spark.util.TaskCompletionListener;
  * end-of-stream marker), its buffers compressed with the IPC format's own codecs (zstd, LZ4 frame
  * or none: {@link SegmentCompression}), so any Arrow reader ({@code pyarrow.ipc.open_stream})
  * reads a partition from its bytes alone. Decoding takes every codec, so segments written before
- * compression (plain streams) read as they always did. The stream reaches Python as the elements of its partition:
+ * compression (plain streams) read as they always did. The stream reaches Python as the
+ * elements of its partition:
  *
  * <pre>
  *   'D' | next piece of the stream   (zero or more; chunkBytes each, the last one shorter)

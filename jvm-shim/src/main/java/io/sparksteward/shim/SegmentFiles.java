@@ -1,9 +1,11 @@
 package io.sparksteward.shim;
 
+import java.io.DataInputStream;
 import java.io.File;
 import java.io.IOException;
 import java.io.RandomAccessFile;
 import java.io.Serializable;
+import java.nio.channels.Channels;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.Iterator;
@@ -121,8 +123,7 @@ final class SegmentFiles {
     private final Spec spec;
     private final String what;
     private final Checksum crc = SparkCompat.crc32c();
-    private FSDataInputStream in;
-    private RandomAccessFile file;
+    private DataInputStream in; // FSDataInputStream is one too
     private long left;
 
     Pieces(Configuration conf, Spec spec, String label) {
@@ -140,36 +141,22 @@ final class SegmentFiles {
 
     private void open() throws IOException {
       Path path = new Path(spec.url);
-      if (conf == null) { // a local file, as Hadoop's RawLocalFileSystem names it
-        File local = new File(path.toUri().getPath());
-        try {
-          file = new RandomAccessFile(local, "r");
-        } catch (java.io.FileNotFoundException e) {
-          throw fail("the file is missing", e);
-        }
-        long size = file.length();
-        if (size < spec.offset + spec.length) {
-          throw fail("the file has only " + size + " bytes (truncated)", null);
-        }
-        file.seek(spec.offset);
-        closeOnCompletion();
-        return;
-      }
       try {
-        FileSystem fs = CheckpointData.fileSystem(path, conf);
-        long size = fs.getFileStatus(path).getLen();
-        if (size < spec.offset + spec.length) {
-          throw fail("the file has only " + size + " bytes (truncated)", null);
+        if (conf == null) { // a local file, as Hadoop's RawLocalFileSystem names it
+          RandomAccessFile file = new RandomAccessFile(new File(path.toUri().getPath()), "r");
+          in = new DataInputStream(Channels.newInputStream(file.getChannel())); // closes file
+          requireSize(file.length());
+          file.seek(spec.offset);
+        } else {
+          FileSystem fs = CheckpointData.fileSystem(path, conf);
+          requireSize(fs.getFileStatus(path).getLen());
+          FSDataInputStream stream = fs.open(path);
+          in = stream;
+          stream.seek(spec.offset);
         }
-        in = fs.open(path);
-        in.seek(spec.offset);
       } catch (java.io.FileNotFoundException e) {
         throw fail("the file is missing", e);
       }
-      closeOnCompletion();
-    }
-
-    private void closeOnCompletion() {
       TaskContext task = TaskContext.get();
       if (task != null) {
         task.addTaskCompletionListener(new TaskCompletionListener() {
@@ -178,6 +165,12 @@ final class SegmentFiles {
             close();
           }
         });
+      }
+    }
+
+    private void requireSize(long size) throws IOException {
+      if (size < spec.offset + spec.length) {
+        throw fail("the file has only " + size + " bytes (truncated)", null);
       }
     }
 
@@ -192,16 +185,12 @@ final class SegmentFiles {
         throw new NoSuchElementException();
       }
       try {
-        if (in == null && file == null) {
+        if (in == null) {
           open();
         }
         byte[] piece = new byte[(int) Math.min(PIECE, left)];
         try {
-          if (file != null) {
-            file.readFully(piece);
-          } else {
-            in.readFully(piece);
-          }
+          in.readFully(piece);
         } catch (java.io.EOFException e) {
           throw fail("the file ended early (truncated)", e);
         }
@@ -221,14 +210,6 @@ final class SegmentFiles {
     }
 
     void close() {
-      if (file != null) {
-        try {
-          file.close();
-        } catch (IOException ignored) {
-          // read-only: nothing to lose
-        }
-        file = null;
-      }
       if (in != null) {
         try {
           in.close();
