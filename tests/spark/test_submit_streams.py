@@ -41,6 +41,8 @@ def test_a_killed_drivers_location_is_cleaned_by_gc_restarted_and_dropped(tmp_pa
     first = BackgroundJob(SCRIPTS / "stream_job.py", flags, tmp_path / "first.json",
                           str(location), "10", "--sleep", "300")
     job = first.wait_for_output()
+    # A crash: the JVM and the Python driver, no shutdown hook runs.
+    os.kill(job["jvm"], signal.SIGKILL)
     os.kill(job["pid"], signal.SIGKILL)
     first.thread.join(120)
     asked = set(deletes_asked(faults))

@@ -3,7 +3,7 @@ result is known exactly; it knows nothing of spark-steward beyond the conf the t
 
 usage: packed_stream_job.py OUT_FILE LOCATION INPUT_DIR ROWS [--sleep SECONDS]
 
-Runs until the query has counted ROWS input rows, writes {pid, app_id, query_id, batch, rows:
+Runs until the query has counted ROWS input rows, writes {pid, jvm (the spark-submit JVM), app_id, query_id, batch, rows:
 [[k, n, total], ...], state_keys} to OUT_FILE (state_keys: the keys Spark's state data source
 reads from the location), then sleeps (to be killed) or stops the query and the
 application.
@@ -37,7 +37,7 @@ if __name__ == "__main__":
     state = spark.read.format("statestore").load(location)
     state_keys = sorted(r[0] for r in state.selectExpr("key.k").collect())
     with open(out + ".tmp", "w") as f:
-        json.dump({"pid": os.getpid(), "app_id": spark.sparkContext.applicationId,
+        json.dump({"pid": os.getpid(), "jvm": os.getppid(), "app_id": spark.sparkContext.applicationId,
                    "query_id": str(query.id), "batch": query.lastProgress["batchId"],
                    "rows": result, "state_keys": state_keys}, f)
     os.replace(out + ".tmp", out)

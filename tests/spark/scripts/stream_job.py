@@ -3,8 +3,8 @@ beyond the conf the test passes.
 
 usage: stream_job.py OUT_FILE LOCATION BATCHES [--sleep SECONDS]
 
-Runs until the query passed BATCHES, writes {pid, app_id, query_id, run_id, batch, counts} to
-OUT_FILE, then sleeps (to be killed) or stops the query and the application.
+Runs until the query passed BATCHES, writes {pid, jvm (the spark-submit JVM), app_id, query_id,
+run_id, batch, counts} to OUT_FILE, then sleeps (to be killed) or stops the query and the application.
 """
 
 import json
@@ -29,7 +29,7 @@ if __name__ == "__main__":
         time.sleep(0.2)
     total = spark.sql("select sum(`count`) from counts").collect()[0][0]
     with open(out + ".tmp", "w") as f:
-        json.dump({"pid": os.getpid(), "app_id": spark.sparkContext.applicationId,
+        json.dump({"pid": os.getpid(), "jvm": os.getppid(), "app_id": spark.sparkContext.applicationId,
                    "query_id": str(query.id), "run_id": str(query.runId),
                    "batch": query.lastProgress["batchId"], "total": total}, f)
     os.replace(out + ".tmp", out)
