@@ -22,13 +22,21 @@ medians and the spread (min..max) over rounds, and the median of the per-round r
                there (no Hadoop S3 connector in pyspark, no Maven Central here to fetch one).
 * cache        a cached table's later actions vs the hand-written Parquet copy, both in the
                shared dir (``bench/cache.py``'s join + Python UDF + groupBy workload).
+* streams      ``bench/streams_job.py``'s stateful query (rate source, aggregation over 10,000
+               keys, ``--stream-partitions`` shuffle partitions, HDFS state store, Spark's
+               default retention) for ``--stream-batches`` batches, its location in the shared
+               dir, with plain Spark and with spark-steward packing
+               (``spark.steward.streams.pack.enabled``), each a fresh application; then a second
+               fresh application restarts each query (``start()`` to its first batch). Physical
+               files and bytes in the location, batch duration p50 and p95.
 
 The shared dir is a bind mount on every host: it has no link of its own, so only the blob
 server, addFile, broadcast, S3 and Spark's shuffle and task traffic cross shaped links.
 
     python bench/cluster.py [--rounds 3] [--workers 3] [--rate-mbit 1000] [--size-mib 256]
                             [--partitions 200,1000] [--rows 1000000] [--cache-rows 2000000]
-                            [--only blobs,checkpoints,cache] [--s3] [--json FILE]
+                            [--stream-partitions 50] [--stream-batches 110]
+                            [--only blobs,checkpoints,cache,streams] [--s3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -50,10 +58,12 @@ sys.path.insert(0, str(ROOT))
 from tests.cluster.harness import Cluster, Link  # noqa: E402
 
 JOB = Path(__file__).with_name("cluster_job.py")
+STREAM_JOB = Path(__file__).with_name("streams_job.py")
 SHIPPING = ("steward", "addfile", "broadcast", "floor")
 SAVES = ("steward", "steward-none", "builtin")
 S3_SAVES = ("steward", "steward-none")
 CACHES = ("steward", "parquet")
+STREAMS = ("spark", "packed")
 
 
 def steward_flags(storage: str, *extra: str) -> list[str]:
@@ -121,13 +131,15 @@ class Bench:
         self.samples: dict[str, list[dict[str, Any]]] = {}
         self.bucket = "bench-blobs"
 
-    def submit(self, mode: str, conf: list[str], *job_args: str) -> dict[str, Any]:
+    def submit(self, mode: str, conf: list[str], *job_args: str,
+               script: Path = JOB) -> dict[str, Any]:
         out = self.work / f"{mode}-{time.monotonic_ns()}.json"
         flags = list(conf)
         for item in BASE_CONF:
             flags += ["--conf", item]
         start = time.perf_counter()
-        result = self.cluster.submit(JOB, mode, str(out), *job_args, conf=flags, timeout=1800)
+        args = (mode, str(out), *job_args) if script == JOB else (str(out), *job_args)
+        result = self.cluster.submit(script, *args, conf=flags, timeout=3600)
         wall = time.perf_counter() - start
         if result.returncode != 0 or not out.exists():
             tail = (result.stdout + result.stderr)[-4000:]
@@ -211,6 +223,36 @@ class Bench:
         self.samples.setdefault("cache", []).append(body["results"])
 
 
+    # -- streaming checkpoint locations -------------------------------------------------------
+
+    def streams(self, round_no: int) -> None:
+        order = rotate(STREAMS, round_no)
+        print(f"streams round {round_no + 1}: {', '.join(order)}", file=sys.stderr, flush=True)
+        sample: dict[str, Any] = {}
+        for variant in order:
+            location = self.work / f"stream-{variant}-{round_no}"
+            conf = ["--conf", f"spark.sql.shuffle.partitions={self.args.stream_partitions}",
+                    "--conf", "spark.sql.streaming.numRecentProgressUpdates=100000"]
+            if variant == "packed":
+                conf += steward_flags((self.work / "storage").as_uri(),
+                                      "spark.steward.streams.pack.enabled=true")
+            job = self.submit(f"streams-{variant}", conf, str(location), "--batches",
+                              str(self.args.stream_batches), script=STREAM_JOB)
+            found = [p for p in location.rglob("*") if p.is_file()]
+            restart = self.submit(f"streams-{variant}", conf, str(location), "--batches", "2",
+                                  script=STREAM_JOB)
+            durations = job["durations_ms"]
+            sample[variant] = {
+                "files": len(found), "bytes": sum(p.stat().st_size for p in found),
+                "p50": statistics.median(durations),
+                "p95": sorted(durations)[min(len(durations) - 1,
+                                             round(0.95 * (len(durations) - 1)))],
+                "restart": restart["first_batch_s"], "first_start": job["first_batch_s"],
+                "batches": job["last_batch_id"] - job["first_batch_id"] + 1}
+            shutil.rmtree(location, ignore_errors=True)
+        self.samples.setdefault("streams", []).append(sample)
+
+
 # -- the report --------------------------------------------------------------------------------
 
 
@@ -270,6 +312,17 @@ def report(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             f"{field} {ratio(rows, 'steward', 'parquet', field)}"
             for field in ("materialize", "count", "aggregate", "top-N")))
         summary["cache"] = rows
+    if "streams" in samples:
+        rows = samples["streams"]
+        print(f"\nstreams ({len(rows)} rounds): median (min..max)")
+        for variant in STREAMS:
+            print(f"  {variant:<7} " + "  ".join(
+                f"{field} {spread([r[variant][field] for r in rows])}"
+                for field in ("files", "bytes", "p50", "p95", "restart", "first_start")))
+        print("  packed/spark " + "  ".join(
+            f"{field} {ratio(rows, 'packed', 'spark', field)}"
+            for field in ("files", "bytes", "p50", "p95", "restart", "first_start")))
+        summary["streams"] = rows
     return summary
 
 
@@ -284,6 +337,8 @@ def main() -> None:
                         default=[200, 1000])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--cache-rows", type=int, default=2_000_000)
+    parser.add_argument("--stream-partitions", type=int, default=50)
+    parser.add_argument("--stream-batches", type=int, default=110)
     parser.add_argument("--only", type=lambda s: s.split(","),
                         default=["blobs", "checkpoints", "cache"])
     parser.add_argument("--s3", action="store_true",

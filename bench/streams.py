@@ -21,8 +21,8 @@ as medians with min..max. Then once, with failing storage: the same query (reten
 maintenance every 2 s, ``--fault-batches`` 40 batches) while 30% of the deletes Spark asks for
 leave the file in place (a file system answering false; one that throws stops a plain Spark
 query at its first metadata-log delete) until two thirds of the batches ran: files Spark
-deleted that are still there after the application ended. Last, ``spark-steward streams drop``
-of the spark-steward run's location: files left.
+deleted that are still there after the application ended, for each variant. Last,
+``spark-steward streams drop`` of each spark-steward variant's location: files left.
 
     python bench/streams.py [--rounds 1] [--partitions 200] [--batches 150]
                             [--variants spark,steward[,packed]] [--fault-batches 40]
@@ -136,7 +136,7 @@ def faults_run(variant: str, root: Path, partitions: int, batches: int) -> dict[
     left = [p for p in asked if os.path.exists(p)]
     result: dict[str, Any] = {"variant": variant, "deletes_asked": len(asked),
                               "left_behind": len(left), "files": files_in(location)[0]}
-    if variant == "steward":
+    if variant != "spark":
         drop = subprocess.run([sys.executable, "-m", "spark_steward.cli", "streams", "drop",
                                str(location), "--storage", (work / "storage").as_uri(),
                                "--drop-grace", "0s"], capture_output=True, text=True)
@@ -187,7 +187,7 @@ def main() -> None:
                                                   "args": vars(args)}, indent=2))
         return
     fault = {v: faults_run(v, root, args.partitions, args.fault_batches)
-             for v in ("spark", "steward")}
+             for v in ("spark", *ours)}
     print("\n30% of deletes failing until 2/3 of the run, then recovered:")
     for v, r in fault.items():
         print(f"  {v:8s} deletes asked {r['deletes_asked']}, files Spark deleted still there "
