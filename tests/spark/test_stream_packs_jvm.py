@@ -684,3 +684,71 @@ def test_a_large_catalog_is_read_alike(spark: Any, tmp_path: Path) -> None:
     (root / PACKS_FOLDER / "catalog.txt").write_text(f"dead\t{pack}\toffsets/1\n" + filler)
     assert (root / PACKS_FOLDER / "catalog.txt").stat().st_size > 16 << 20
     _assert_agree(spark, root, ["offsets"])
+
+
+# -- found by review: overflow, compaction lineage, files that are not regular --------------
+
+
+def test_a_member_whose_offset_plus_length_overflows_is_refused(spark: Any, tmp_path: Path) -> None:
+    """offset + length past 2^63 once wrapped negative and passed the bounds check, and the
+    read then allocated 2 GiB (an OutOfMemoryError, past every catch): now the index is refused
+    naming the pack, in both readers."""
+    body = b"hello"
+    huge = f"{2**63 - 1}\t{2**31 - 1}\t{crc32c.crc32c(body):08x}\t0\toffsets/2\n"
+    root = _location(tmp_path)
+    pack = _raw_pack(root, _hand_pack(body, f"0\t5\t{crc32c.crc32c(body):08x}\t0\toffsets/1\n"
+                                            + huge))
+    message = _assert_unreadable(Manager(spark, root, "offsets"), pack, "1")
+    assert "index line 2" in message, message
+    with pytest.raises(Exception, match="is unreadable"):
+        _packs(root).read()
+
+
+def test_a_tombstone_against_a_compacted_pack_kills_the_copy(spark: Any, tmp_path: Path) -> None:
+    """A JVM whose view predates a compaction names the old pack in its tombstone; every JVM
+    (and unpack) applies it to the copy the catalog's ``moved`` line names, and the catalog's
+    own dead marks of the old pack (all its members, copied or not) kill nothing in the copy."""
+    root = _location(tmp_path)
+    old = _write_pack(root, 1, [("offsets/0", b"zero", 1), ("offsets/1", b"one", 2)])
+    copy = _write_pack(root, 2, [("offsets/0", b"zero", 1), ("offsets/1", b"one", 2)])
+    _catalog(root, [f"settled\t{old}", f"settled\t{copy}", f"moved\t{old}\t{copy}",
+                    f"dead\t{old}\toffsets/0", f"dead\t{old}\toffsets/1"])
+    offsets = Manager(spark, root, "offsets")
+    assert offsets.names() == {"0", "1"}, "the copy serves what the old pack held"
+    assert offsets.read("1") == b"one"
+
+    again = _location(tmp_path, "again")
+    old = _write_pack(again, 1, [("offsets/0", b"zero", 1), ("offsets/1", b"one", 2)])
+    copy = _write_pack(again, 2, [("offsets/0", b"zero", 1), ("offsets/1", b"one", 2)])
+    _catalog(again, [f"settled\t{old}", f"settled\t{copy}", f"moved\t{old}\t{copy}",
+                     f"dead\t{old}\toffsets/0", f"dead\t{old}\toffsets/1"])
+    _tombstone(again, "stale-jvm-1.txt", f"{old}\toffsets/1\n".encode())
+    assert Manager(spark, again, "offsets").names() == {"0"}
+    marks = set().union(*_packs(again).read().tombstones.values())
+    assert marks == {(old, "offsets/1")}
+
+
+def test_fifos_and_symlinks_under_pack_and_tombstone_names_are_skipped(
+        spark: Any, tmp_path: Path) -> None:
+    """A neighbour's FIFO named like a pack would hang every open of it, and a tombstone
+    symlinked to /dev/zero would never end: both readers skip files that are not regular."""
+    import os
+
+    root = _location(tmp_path)
+    pack = _write_pack(root, 1, [("offsets/0", b"zero", 1), ("offsets/1", b"one", 2)])
+    folder = root / PACKS_FOLDER
+    os.mkfifo(folder / _pack_name(2))
+    (folder / _pack_name(3)).symlink_to(folder / pack)
+    (folder / "dead").mkdir()
+    os.mkfifo(folder / "dead" / "fifo.txt")
+    (folder / "dead" / "zero.txt").symlink_to("/dev/zero")
+    offsets = Manager(spark, root, "offsets")
+    assert offsets.names() == {"0", "1"}
+    assert offsets.read("1") == b"one"
+    state = _packs(root).read()
+    assert [p.name for p in state.packs] == [pack] and state.tombstones == {}
+    # The catalog cannot be skipped (its dead marks would come back): one that is not a
+    # regular file is an error naming it.
+    (folder / "catalog.txt").symlink_to("/dev/zero")
+    with pytest.raises(Exception, match="catalog.txt is not a regular file"):
+        _packs(root).read()

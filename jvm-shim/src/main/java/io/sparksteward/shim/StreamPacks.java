@@ -55,6 +55,8 @@ final class StreamPacks {
   private static final int MAX_INDEX = 64 << 20;
   private static final int MAX_TOMBSTONES = 16 << 20;
   private static final int MAX_CATALOG = 256 << 20;
+  /** A pack holds at most 256 MiB of members (the packer's bound), so no member is larger. */
+  private static final int MAX_MEMBER = 256 << 20;
   private static final Pattern NUMBER = Pattern.compile("^[0-9]{1,19}$");
   private static final Pattern CRC = Pattern.compile("^[0-9a-f]{8}$");
   private static final Map<String, StreamPacks> BY_ROOT = new ConcurrentHashMap<>();
@@ -157,8 +159,14 @@ final class StreamPacks {
   byte[] read(Member m) throws IOException {
     byte[] data = new byte[m.length];
     StreamFiles.OWN_OPERATIONS.incrementAndGet();
-    try (FSDataInputStream in = fs.open(new Path(folder, m.pack))) {
+    Path file = new Path(folder, m.pack);
+    try (FSDataInputStream in = fs.open(file)) {
       in.readFully(m.offset, data);
+    } catch (FileNotFoundException e) {
+      throw e;
+    } catch (IOException e) {
+      throw new IOException("spark-steward: could not read " + m.rel + " from the pack " + file
+          + " (" + e + ")", e);
     }
     if (crc(data, 0, data.length) != m.crc) {
       throw new IOException("spark-steward: " + m.rel + " in the pack " + new Path(folder, m.pack)
@@ -209,38 +217,49 @@ final class StreamPacks {
     if (packNames() == null) {  // no pack: one listing, the common case
       return new View(now, Collections.emptyMap(), Collections.emptyMap());
     }
-    Set<String> dead = new HashSet<>(killed);
+    // Deletes (this JVM's and the tombstones) follow a compaction's copies; the catalog's own
+    // dead marks do not (a compacted pack's members are all marked dead there, copied or not).
+    Set<String> marks = new HashSet<>(killed);
     Path dir = new Path(folder, "dead");
     StreamFiles.OWN_OPERATIONS.incrementAndGet();
-    FileStatus[] marks;
+    FileStatus[] tombstones;
     try {
-      marks = fs.listStatus(dir);
+      tombstones = fs.listStatus(dir);
     } catch (FileNotFoundException e) {
-      marks = new FileStatus[0];
+      tombstones = new FileStatus[0];
     }
-    for (FileStatus s : marks) {
+    for (FileStatus s : tombstones) {
       String name = s.getPath().getName();
-      if (!s.isFile() || name.startsWith(".") || !name.endsWith(".txt")
+      if (!regular(s) || name.startsWith(".") || !name.endsWith(".txt")
           || s.getLen() > MAX_TOMBSTONES) {
         continue;
       }
-      String text = readText(s.getPath(), MAX_TOMBSTONES);
+      String text = readText(s.getPath(), MAX_TOMBSTONES, false);
       if (text != null) {
         for (String line : text.split("\n")) {
           if (line.indexOf('\t') > 0) {
-            dead.add(line);
+            marks.add(line);
           }
         }
       }
     }
-    String catalog = readText(new Path(folder, "catalog.txt"), MAX_CATALOG);
+    String catalog = readText(new Path(folder, "catalog.txt"), MAX_CATALOG, true);
+    Set<String> dead = new HashSet<>();
+    Map<String, List<String>> moved = new HashMap<>();
     if (catalog != null) {
       for (String line : catalog.split("\n")) {
         if (line.startsWith("dead\t")) {
           dead.add(line.substring(5));
+        } else if (line.startsWith("moved\t")) {
+          String[] f = line.split("\t");
+          if (f.length == 3) {
+            moved.computeIfAbsent(f[1], k -> new ArrayList<>(1)).add(f[2]);
+          }
         }
       }
     }
+    forward(marks, moved);
+    dead.addAll(marks);
     List<String> packs = packNames();
     if (packs == null) {
       return new View(now, Collections.emptyMap(), Collections.emptyMap());
@@ -278,7 +297,7 @@ final class StreamPacks {
     }
     List<String> packs = new ArrayList<>();
     for (FileStatus s : entries) {
-      if (s.isFile() && PACK_NAME.matcher(s.getPath().getName()).matches()) {
+      if (regular(s) && PACK_NAME.matcher(s.getPath().getName()).matches()) {
         packs.add(s.getPath().getName());
       }
     }
@@ -286,7 +305,11 @@ final class StreamPacks {
     return packs.isEmpty() ? null : packs;
   }
 
-  private String readText(Path file, int limit) throws IOException {
+  /**
+   * The file's text; null when it is gone, or when it grows past {@code limit} and not
+   * {@code required} (a tombstone that is not ours is skipped; the catalog cannot be).
+   */
+  private String readText(Path file, int limit, boolean required) throws IOException {
     StreamFiles.OWN_OPERATIONS.incrementAndGet();
     try (FSDataInputStream in = fs.open(file)) {
       java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
@@ -295,6 +318,10 @@ final class StreamPacks {
       while ((got = in.read(buffer)) > 0) {
         out.write(buffer, 0, got);
         if (out.size() > limit) {
+          if (!required) {
+            LOG.warn("spark-steward: skipping {}: larger than any tombstone it writes", file);
+            return null;
+          }
           throw new IOException("spark-steward: " + file + " is larger than any file it writes");
         }
       }
@@ -351,8 +378,9 @@ final class StreamPacks {
           }
           Member m = new Member(pack, f[4], Long.parseLong(f[0]), Integer.parseInt(f[1]),
               Long.parseLong(f[2], 16), Long.parseLong(f[3]));
-          if (m.offset < 0 || m.length < 0 || m.offset + m.length > indexAt
-              || !StreamFiles.packable(m.rel)) {
+          // No overflow: indexAt >= 0 and length >= 0, so indexAt - length cannot wrap.
+          if (m.offset < 0 || m.length < 0 || m.length > MAX_MEMBER
+              || m.offset > indexAt - m.length || !StreamFiles.packable(m.rel)) {
             throw new IllegalArgumentException("not a member of this pack");
           }
           members.add(m);
@@ -365,6 +393,48 @@ final class StreamPacks {
     }
     indexes.put(pack, members);
     return members;
+  }
+
+  /**
+   * A regular file: on a local file system neither a symlink (it could lead anywhere) nor a
+   * FIFO or device (opening one would hang or never end), which Hadoop reports as files.
+   */
+  private boolean regular(FileStatus s) {
+    if (!s.isFile()) {
+      return false;
+    }
+    if (!(fs instanceof org.apache.hadoop.fs.RawLocalFileSystem)) {
+      return true;
+    }
+    try {
+      java.io.File local = ((org.apache.hadoop.fs.RawLocalFileSystem) fs).pathToFile(s.getPath());
+      return java.nio.file.Files.isRegularFile(local.toPath(),
+          java.nio.file.LinkOption.NOFOLLOW_LINKS);
+    } catch (RuntimeException e) {
+      return false;
+    }
+  }
+
+  /** Delete marks also apply to the copies a compaction made of their pack (transitively). */
+  static void forward(Set<String> dead, Map<String, List<String>> moved) {
+    if (moved.isEmpty()) {
+      return;
+    }
+    List<String> todo = new ArrayList<>(dead);
+    while (!todo.isEmpty()) {
+      String mark = todo.remove(todo.size() - 1);
+      int tab = mark.indexOf('\t');
+      List<String> copies = tab < 0 ? null : moved.get(mark.substring(0, tab));
+      if (copies == null) {
+        continue;
+      }
+      for (String copy : copies) {
+        String next = copy + "\t" + mark.substring(tab + 1);
+        if (dead.add(next)) {
+          todo.add(next);
+        }
+      }
+    }
   }
 
   private static IOException corrupt(Path file, String why) {
@@ -396,8 +466,11 @@ final class StreamPacks {
     }, "steward-stream-tombstones");
     thread.setDaemon(true);
     thread.start();
-    Runtime.getRuntime().addShutdownHook(new Thread(StreamPacks::flushAll,
-        "steward-stream-tombstones-exit"));
+    // Through Hadoop's hook manager, above FileSystem's own hook (priority 10), which closes
+    // the cached file systems, and below Spark's (40): the deletes Spark makes while it stops
+    // are written, with a file system still open.
+    org.apache.hadoop.util.ShutdownHookManager.get().addShutdownHook(StreamPacks::flushAll,
+        FileSystem.SHUTDOWN_HOOK_PRIORITY + 10);
     flusher = thread;
   }
 
