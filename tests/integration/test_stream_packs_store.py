@@ -183,3 +183,62 @@ def test_the_packer_never_packs_or_removes_a_symlink_or_an_oversized_file(tmp_pa
     assert "state/0/0/2.snapshot" not in members and "state/0/0/1.snapshot" not in members
     assert link.is_symlink() and secret.read_bytes() == b"not Spark's"
     assert big.exists()
+
+
+def _one_cycle_packed(root: Path) -> None:
+    """A location whose last pack is written but not settled (the query stopped inside the
+    grace): every packed file still has its loose copy."""
+    _write(root / "metadata", b'{"id":"x"}')
+    for batch in range(4):
+        _write(root / "offsets" / str(batch), f"offsets {batch}".encode())
+        _write(root / "commits" / str(batch), f"commits {batch}".encode())
+        _write(root / "state" / "0" / "0" / f"{batch + 1}.delta", bytes([batch]) * 20)
+    packer = Packer(Location(f"file:{root}"), keep=1, grace=3600.0, max_member=1 << 20)
+    assert packer.cycle().packed > 0
+    state = Packs(Storage.from_url(f"file://{root}"), str(root)).read()
+    assert state.settled == set() and state.packs
+
+
+def test_unpack_does_not_bring_back_what_spark_deleted_before_the_pack_settled(
+        tmp_path: Path, storage: Storage, apps, store: StreamStore) -> None:  # noqa: ANN001
+    """A JVM whose view predates a pack deletes the loose copy alone (no tombstone: the pack is
+    not in its view). The packer removes loose copies only of settled packs, so a member of an
+    unsettled pack without its loose copy is one Spark deleted: unpack must not write it back
+    (it did: the file came back for good)."""
+    root = tmp_path / "q1"
+    _one_cycle_packed(root)
+    (root / "offsets" / "0").unlink()  # Spark's retention, through a JVM with a stale view
+    (root / "state" / "0" / "0" / "1.delta").unlink()
+    _finished_app(apps)
+    _registered(storage, _stream(root, stopped=T0 - 100))
+    result = store.unpack("q1")
+    assert result.files == 0 and result.packs == 1
+    assert not (root / "offsets" / "0").exists()
+    assert not (root / "state" / "0" / "0" / "1.delta").exists()
+    assert (root / "offsets" / "1").read_bytes() == b"offsets 1"
+
+
+def test_a_cancelled_or_superseded_packer_writes_nothing(tmp_path: Path) -> None:
+    """A stopped run's in-flight cycle must not write the catalog a restarted run's packer
+    relies on: cancel() stops it before any write, and so does ``owns`` saying another run
+    holds the location, before the catalog and before any loose copy goes."""
+    from spark_steward.streams.packer import Cancelled
+
+    root = tmp_path / "q1"
+    _one_cycle_packed(root)
+    before = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    cancelled = Packer(Location(f"file:{root}"), keep=1, grace=0.0, max_member=1 << 20)
+    cancelled.cancel()
+    with pytest.raises(Cancelled, match="stopped before"):
+        cancelled.cycle()
+    owner = [True]
+    superseded = Packer(Location(f"file:{root}"), keep=1, grace=0.0, max_member=1 << 20,
+                        owns=lambda: owner[0])
+    owner[0] = False
+    with pytest.raises(Cancelled, match="before writing the catalog"):
+        superseded.cycle()
+    after = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    assert after == before, "a packer that does not own the location changed it"
+    # The control: the owner settles the pack and removes the loose copies.
+    owner[0] = True
+    assert superseded.cycle().removed > 0

@@ -22,13 +22,17 @@ One cycle, in this order (``lifecycle/packs.py`` holds the rules, model-checked)
 
 A crash anywhere leaves a state the next cycle (of any application) continues from: a settled
 pack is recorded before its loose copies go, so a copy missing later is never taken for a
-delete by Spark.
+delete by Spark. One packer writes at a time: a cycle checks, before each of its writes, that
+its run still owns the location (:meth:`Packer.cancel`, and the ``owns`` check the service
+passes, which reads the query's record), so a stopped run's last cycle cannot overwrite the
+catalog of the next run's packer.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ from spark_steward.errors import StewardError, StreamError
 from spark_steward.lifecycle import packs as rules
 from spark_steward.lifecycle.packs import LooseFile
 from spark_steward.streams.location import Location, checksum_sidecar
+from spark_steward.storage import Storage
 from spark_steward.streams.packs import Packs, encode
 
 log = logging.getLogger(__name__)
@@ -45,6 +50,10 @@ log = logging.getLogger(__name__)
 #: Folders of a location whose files may be packed.
 PACKED_FOLDERS = ("offsets", "commits", "state")
 MAX_PACK_BYTES = 256 << 20
+
+
+class Cancelled(StreamError):
+    """The cycle stopped before a write: its run no longer owns the location."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,8 @@ class Packer:
 
     def __init__(self, location: Location, *, keep: int, grace: float, max_member: int,
                  max_amplification: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 owns: Callable[[], bool] = lambda: True) -> None:
         self.location = location
         self.packs = Packs(location.storage, location.location)
         self.keep = keep
@@ -70,7 +80,23 @@ class Packer:
         self.max_member = max_member
         self.max_amplification = max_amplification
         self._clock = clock
+        self._owns = owns
+        self._cancelled = threading.Event()
         self._first_seen: dict[str, float] = {}
+        self._moved_seen: dict[str, float] = {}  # compacted pack -> when its copy was first seen
+
+    def cancel(self) -> None:
+        """No more writes from this packer (its run ended); an in-flight cycle stops at its
+        next write with :class:`Cancelled`."""
+        self._cancelled.set()
+
+    def _check(self, before: str, *, ask: bool = False) -> None:
+        """Cancelled before ``before``; with ``ask`` also when ``owns`` says no (one read of
+        the query's record, made before the catalog write, the write a second packer would
+        spoil)."""
+        if self._cancelled.is_set() or (ask and not self._owns()):
+            raise Cancelled(f"packing of {self.location.location} stopped before {before}: its "
+                            "run no longer owns the location")
 
     def loose(self) -> dict[str, LooseFile]:
         """The loose files a pack may hold (symlinks never: they are not Spark's)."""
@@ -96,6 +122,11 @@ class Packer:
         for name in list(self._first_seen):
             if name not in names:
                 del self._first_seen[name]
+        for source in state.moved:
+            self._moved_seen.setdefault(source, now)
+        for source in list(self._moved_seen):
+            if source not in names:
+                del self._moved_seen[source]
         marks = set().union(*state.tombstones.values()) if state.tombstones else set()
         dead = set(state.catalog_dead) | rules.forward(marks, state.moved, state.packs)
         settled = set(state.settled) & names
@@ -111,12 +142,14 @@ class Packer:
 
         last = max((p.sequence for p in state.packs), default=0)
         moved = {k: set(v) for k, v in state.moved.items()}
+        self._check("compacting")
         compacted = self._compact(state.packs, dead, settled, last)
         if compacted is not None:
             copy, sources = compacted
             last = copy.sequence
             for source in sources:
                 moved.setdefault(source, set()).add(copy.name)
+                self._moved_seen[source] = self._clock()
             names.add(copy.name)
             settled.add(copy.name)  # its members have no loose copies to settle against
             self._first_seen[copy.name] = self._clock()
@@ -127,6 +160,7 @@ class Packer:
         chosen = [f for f in rules.to_pack(loose, state.packs, dead, committed=committed,
                                            keep=self.keep, max_member=self.max_member)
                   if f.rel not in remove]
+        self._check("writing a pack")
         new_pack = self._write_pack(chosen, last)
         if new_pack is not None:
             self._first_seen[new_pack.name] = self._clock()
@@ -139,8 +173,13 @@ class Packer:
 
         # A compacted pack goes only in a later cycle, once the catalog records its copy as
         # settled: a crash before that must not leave the copy to be judged against loose files.
+        # And only a grace after that: a JVM that read the catalog before the copy and lists
+        # the packs slowly must still find the old pack, or it would miss the files it held.
         compacting = set(compacted[1]) if compacted is not None else set()
-        gone = [n for n in rules.fully_dead(state.packs, dead, settled) if n not in compacting]
+        young = {s for s, seen in self._moved_seen.items() if now - seen < self.grace}
+        gone = [n for n in rules.fully_dead(state.packs, dead, settled)
+                if n not in compacting and n not in young]
+        self._check("writing the catalog", ask=True)
         for name in gone:
             self.packs.delete_pack(name)
             names.discard(name)
@@ -153,6 +192,8 @@ class Packer:
         self.packs.delete_tombstones(state.tombstones)
 
         removed = 0
+        if remove:
+            self._check("removing loose copies")
         for rel in dict.fromkeys(remove):
             self.location.storage.delete(rel)
             self.location.storage.delete(checksum_sidecar(rel))
@@ -216,12 +257,21 @@ class Packer:
 def unpack(location: Location) -> int:
     """Writes every live packed file back as a loose file (a loose one wins and is kept), then
     removes the packs: the plain layout Spark reads without spark-steward. Idempotent; returns
-    how many files it wrote."""
+    how many files it wrote.
+
+    A member of a pack not yet settled whose loose copy is gone is dead: the packer removes
+    loose copies only of settled packs, so Spark deleted it (a JVM whose view predated the
+    pack deletes the loose file alone, without a tombstone)."""
     packs = Packs(location.storage, location.location)
     state = packs.read()
+    marks = set().union(*state.tombstones.values()) if state.tombstones else set()
+    dead = set(state.catalog_dead) | rules.forward(marks, state.moved, state.packs)
+    storage = location.storage
     written = 0
-    for rel, member in sorted(state.live().items()):
-        if location.storage.exists(rel):
+    for rel, member in sorted(rules.live_members(state.packs, dead).items()):
+        if _loose_exists(storage, rel):
+            continue
+        if member.pack not in state.settled:
             continue
         try:
             data = packs.member_bytes(member)
@@ -234,3 +284,15 @@ def unpack(location: Location) -> int:
         written += 1
     packs.clear()
     return written
+
+
+def _loose_exists(storage: Storage, rel: str) -> bool:
+    """Whether ``rel`` is there as a loose file; a storage error is raised, never taken for
+    "no" (that would overwrite a newer loose file with an older packed copy)."""
+    try:
+        storage.fs.info(storage.path(rel))
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StreamError(f"could not look for {storage.url}/{rel}: {exc}") from exc
+    return True

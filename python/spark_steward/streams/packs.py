@@ -15,7 +15,9 @@ copies are gone.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -133,8 +135,9 @@ class Packs:
             return []
         except OSError as exc:
             raise StorageError(f"could not list {self.location}/{PACKS_FOLDER}: {exc}") from exc
+        # Regular files only: a FIFO would hang the reader, a symlink lead outside.
         names = (str(e["name"]).rstrip("/").rsplit("/", 1)[-1] for e in entries
-                 if e.get("type") != "directory")
+                 if e.get("type") == "file" and not e.get("islink"))
         return sorted(n for n in names if PACK_NAME.fullmatch(n))
 
     def has_packs(self) -> bool:
@@ -172,17 +175,21 @@ class Packs:
         for name in [n for n in self.storage.list_names(TOMBSTONES_FOLDER)
                      if n.endswith(".txt") and not n.startswith(".")]:
             try:
-                data = self.storage.read_bytes(f"{TOMBSTONES_FOLDER}/{name}")
+                data = self._read_bounded(f"{TOMBSTONES_FOLDER}/{name}", MAX_TOMBSTONE_BYTES)
             except (FileNotFoundError, IsADirectoryError):
                 continue
             except StorageError:
                 continue  # not a file we can read (a folder of that name): not a tombstone
-            if len(data) <= MAX_TOMBSTONE_BYTES:  # larger: not one of ours (the JVM skips it)
+            if data is not None:  # larger, or not a regular file: not ours (the JVM skips it)
                 state.tombstones[name] = set(_pairs(data))
         try:
-            catalog = self.storage.read_bytes(CATALOG)
+            catalog = self._read_bounded(CATALOG, MAX_CATALOG_BYTES)
         except FileNotFoundError:
             catalog = b""
+        if catalog is None:  # its dead marks cannot be skipped: Spark's deletes would return
+            raise StreamError(f"the pack catalog {self.location}/{CATALOG} is not a regular "
+                              f"file of at most {MAX_CATALOG_BYTES} bytes; the packed files "
+                              "cannot be served")
         for line in lines(catalog):
             kind, _, rest = line.partition("\t")
             if kind == "dead":
@@ -199,6 +206,24 @@ class Packs:
             except FileNotFoundError:
                 continue  # deleted meanwhile: all its members were dead
         return state
+
+    def _read_bounded(self, rel: str, limit: int) -> bytes | None:
+        """``rel``'s bytes, or None when it is larger than ``limit`` or (locally) not a regular
+        file: never more than ``limit`` + 1 bytes read, never a FIFO opened."""
+        if self.storage.is_local:
+            try:
+                mode = os.lstat(self.storage.path(rel)).st_mode
+            except FileNotFoundError:
+                raise
+            except OSError as exc:
+                raise StorageError(f"could not read {self.location}/{rel}: {exc}") from exc
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(rel)
+            if not stat.S_ISREG(mode):
+                return None
+        with self.storage.open_read(rel) as handle:
+            data = handle.read(limit + 1)
+        return None if len(data) > limit else bytes(data)
 
     def member_bytes(self, member: Member) -> bytes:
         rel = f"{PACKS_FOLDER}/{member.pack}"

@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from spark_steward.applications import CleanupBacklog
 from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
@@ -35,7 +35,7 @@ from spark_steward.kernel.runtime import RuntimeService
 from spark_steward.kernel.session import active_session
 from spark_steward.lifecycle.streams import StreamRecord, StreamState, valid_query_id
 from spark_steward.streams.location import Location
-from spark_steward.streams.packer import Packer
+from spark_steward.streams.packer import Cancelled, Packer
 from spark_steward.streams.store import StreamStore
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ CLASS_KEY = "spark.sql.streaming.checkpointFileManagerClass"
 DELEGATE_KEY = STREAMS_DELEGATE_CLASS.name
 #: Progress events come once per micro-batch; the record is rewritten at most this often.
 HEARTBEAT_EVERY = 10.0
+#: How long stop() waits for an in-flight packing cycle to reach its next write and stop.
+PACK_STOP_TIMEOUT = 10.0
 
 #: A cleaner key: (what, query id); "clean" retries intents and sweeps temp files, "retry" only
 #: retries intents, "drop" finishes a recorded drop.
@@ -199,12 +201,12 @@ class StreamService(RuntimeService):
         with self._lock:
             if running:
                 if self._records.get(record.query_id, record).run_id != record.run_id:
-                    self._packers.pop(record.query_id, None)
+                    self._retire_packer(record.query_id)
                 self._records[record.query_id] = record
                 self._ended.pop(record.query_id, None)
             else:
                 self._records.pop(record.query_id, None)
-                self._packers.pop(record.query_id, None)
+                self._retire_packer(record.query_id)
                 self._pack_due.discard(record.query_id)
                 self._ended[record.query_id] = record
             self._written[record.query_id] = time.time()
@@ -213,6 +215,31 @@ class StreamService(RuntimeService):
         except StewardError as exc:
             log.warning("could not record streaming query %s at %s: %s",
                         record.name or record.query_id, record.location, exc)
+
+    def _retire_packer(self, query_id: str) -> None:
+        """Under the lock: the run's packer writes nothing more, also mid-cycle."""
+        packer = self._packers.pop(query_id, None)
+        if packer is not None:
+            packer.cancel()
+
+    def _owns(self, record: StreamRecord) -> Callable[[], bool]:
+        """Whether ``record``'s run still owns its location: the run this application runs,
+        and the run the query's record names (a restart elsewhere writes its own)."""
+        store = self.store
+        assert store is not None
+
+        def owns() -> bool:
+            with self._lock:
+                current = self._records.get(record.query_id)
+            if current is None or current.run_id != record.run_id:
+                return False
+            try:
+                stored = store.records.read(record.query_id)
+            except StewardError:
+                return False  # unknown: write nothing this cycle
+            return stored is None or stored.run_id == record.run_id
+
+        return owns
 
     # -- cleanup -----------------------------------------------------------------------------
 
@@ -286,7 +313,8 @@ class StreamService(RuntimeService):
                                         grace=conf.get(STREAMS_PACK_GRACE),
                                         max_member=conf.get(STREAMS_PACK_MAX_MEMBER),
                                         max_amplification=conf.get(
-                                            STREAMS_PACK_MAX_AMPLIFICATION))
+                                            STREAMS_PACK_MAX_AMPLIFICATION),
+                                        owns=self._owns(record))
                     except StewardError as exc:
                         log.warning("cannot pack %s: %s", record.location, exc)
                         continue
@@ -297,6 +325,9 @@ class StreamService(RuntimeService):
                         self._packers[qid] = packer
                 try:
                     result = packer.cycle()
+                except Cancelled as exc:
+                    log.debug("%s", exc)
+                    continue
                 except Exception as exc:  # noqa: BLE001 - one location never stops the thread
                     log.warning("packing %s failed (the next batch retries): %s",
                                 record.location, exc, exc_info=not isinstance(exc, StewardError))
@@ -317,6 +348,11 @@ class StreamService(RuntimeService):
         self._stop.set()
         with self._lock:
             left = list(self._records.values())
+            for query_id in list(self._packers):
+                self._retire_packer(query_id)
+        self._pack_wake.set()
+        if self._pack_thread is not None:  # its cycle stops at its next write
+            self._pack_thread.join(PACK_STOP_TIMEOUT)
         for record in left:  # Spark stops its queries with the context, not always with an event
             ended = record.ended(time.time(), None)
             self._write(ended, running=False)
