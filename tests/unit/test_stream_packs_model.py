@@ -302,3 +302,19 @@ def test_a_crash_anywhere_in_a_compacting_cycle_loses_nothing(op: str, after: in
     model.crash_mid_cycle(op, after, landed)
     model.spark_sees_its_files()
     model.teardown()
+
+
+def test_a_compaction_copy_left_by_a_crash_does_not_keep_both_packs() -> None:
+    """Found by the model: a compaction's copy lands, the driver dies before the catalog; the
+    next packer settles the copy and its source against the loose copies the source still had,
+    so both hold the same files live. The newer settled copy shadows the older one, and the
+    packs get back under the space-amplification bound (they stayed at 1.55x of it)."""
+    model = PackModel()
+    for _ in range(4):
+        model.run_batch()
+    model.pack()
+    model.time_passes(seconds=GRACE)
+    model.spark_retention(cached=False, lagging=False)
+    model.crash_mid_cycle(op="pipe_file", after=0, landed=True)
+    model.spark_sees_its_files()
+    model.teardown()

@@ -176,6 +176,29 @@ def redundant_loose(settled: Iterable[Pack], loose: Mapping[str, LooseFile],
     return out
 
 
+def shadowed(packs: Iterable[Pack], dead: frozenset[tuple[str, str]] | set[tuple[str, str]],
+             settled: set[str] | frozenset[str]) -> set[tuple[str, str]]:
+    """Live members that a newer settled pack also holds live: both readers serve the newest,
+    so the older copies are dead. A crash can leave such pairs (a compaction's copy written but
+    not recorded is settled later against the loose copies its source still had); without
+    this they would count as live forever and keep both packs. Only a settled pack shadows: an
+    unsettled one may still lose its members to its settlement."""
+    newest: dict[str, int] = {}
+    packs = list(packs)
+    for pack in packs:
+        if pack.name in settled:
+            for member in pack.members:
+                if (pack.name, member.rel) not in dead:
+                    newest[member.rel] = max(newest.get(member.rel, -1), pack.sequence)
+    out: set[tuple[str, str]] = set()
+    for pack in packs:
+        for member in pack.members:
+            top = newest.get(member.rel)
+            if top is not None and pack.sequence < top and (pack.name, member.rel) not in dead:
+                out.add((pack.name, member.rel))
+    return out
+
+
 def same(copy: LooseFile, member: Member) -> bool:
     return copy.size == member.length and copy.mtime_ms == member.mtime_ms
 

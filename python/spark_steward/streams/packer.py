@@ -139,6 +139,7 @@ class Packer:
             dead |= verdict.dead
             remove += verdict.remove_loose
             settled.add(pack.name)
+        dead |= rules.shadowed(state.packs, dead, settled)
 
         last = max((p.sequence for p in state.packs), default=0)
         moved = {k: set(v) for k, v in state.moved.items()}
