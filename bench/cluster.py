@@ -45,6 +45,7 @@ import argparse
 import json
 import os
 import shutil
+import stat
 import statistics
 import subprocess
 import sys
@@ -90,6 +91,21 @@ def write_random(path: Path, size: int) -> None:
             n = min(16 << 20, left)
             f.write(os.urandom(n))
             left -= n
+
+
+def files_and_bytes(folder: Path) -> tuple[int, int]:
+    """Files and bytes below ``folder``; a file deleted while it is walked (an executor's state
+    store maintenance may still run as its application ends) is not counted."""
+    files = size = 0
+    for path in folder.rglob("*"):
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            files += 1
+            size += st.st_size
+    return files, size
 
 
 def variant_copy(src: Path, dest: Path, marker: bytes) -> None:
@@ -238,12 +254,12 @@ class Bench:
                                       "spark.steward.streams.pack.enabled=true")
             job = self.submit(f"streams-{variant}", conf, str(location), "--batches",
                               str(self.args.stream_batches), script=STREAM_JOB)
-            found = [p for p in location.rglob("*") if p.is_file()]
+            found = files_and_bytes(location)
             restart = self.submit(f"streams-{variant}", conf, str(location), "--batches", "2",
                                   script=STREAM_JOB)
             durations = job["durations_ms"]
             sample[variant] = {
-                "files": len(found), "bytes": sum(p.stat().st_size for p in found),
+                "files": found[0], "bytes": found[1],
                 "p50": statistics.median(durations),
                 "p95": sorted(durations)[min(len(durations) - 1,
                                              round(0.95 * (len(durations) - 1)))],
