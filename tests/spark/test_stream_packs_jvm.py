@@ -748,7 +748,13 @@ def test_fifos_and_symlinks_under_pack_and_tombstone_names_are_skipped(
     state = _packs(root).read()
     assert [p.name for p in state.packs] == [pack] and state.tombstones == {}
     # The catalog cannot be skipped (its dead marks would come back): one that is not a
-    # regular file is an error naming it.
+    # regular file is an error naming it, in both readers (a FIFO hung every JVM's view).
     (folder / "catalog.txt").symlink_to("/dev/zero")
     with pytest.raises(Exception, match="catalog.txt is not a regular file"):
         _packs(root).read()
+    other = _location(tmp_path, "fifo-catalog")
+    _write_pack(other, 1, [("offsets/0", b"zero", 1)])
+    os.mkfifo(other / PACKS_FOLDER / "catalog.txt")
+    kind, message = _java_error(lambda: Manager(spark, other, "offsets").names())
+    assert kind == "java.io.IOException", (kind, message)
+    assert "catalog.txt is not a regular file" in message, message

@@ -243,7 +243,12 @@ final class StreamPacks {
         }
       }
     }
-    String catalog = readText(new Path(folder, "catalog.txt"), MAX_CATALOG, true);
+    Path catalogFile = new Path(folder, "catalog.txt");
+    if (!regularOrAbsent(catalogFile)) {  // a FIFO would hang every view; it cannot be skipped
+      throw new IOException("spark-steward: the pack catalog " + catalogFile + " is not a "
+          + "regular file; the packed files cannot be served");
+    }
+    String catalog = readText(catalogFile, MAX_CATALOG, true);
     Set<String> dead = new HashSet<>();
     Map<String, List<String>> moved = new HashMap<>();
     if (catalog != null) {
@@ -413,6 +418,17 @@ final class StreamPacks {
     } catch (RuntimeException e) {
       return false;
     }
+  }
+
+  /** {@link #regular} for a path that may not exist (absent is fine: no catalog yet). */
+  private boolean regularOrAbsent(Path file) throws IOException {
+    if (!(fs instanceof org.apache.hadoop.fs.RawLocalFileSystem)) {
+      return true;
+    }
+    java.io.File local = ((org.apache.hadoop.fs.RawLocalFileSystem) fs).pathToFile(file);
+    java.nio.file.Path nio = local.toPath();
+    return !java.nio.file.Files.exists(nio, java.nio.file.LinkOption.NOFOLLOW_LINKS)
+        || java.nio.file.Files.isRegularFile(nio, java.nio.file.LinkOption.NOFOLLOW_LINKS);
   }
 
   /** Delete marks also apply to the copies a compaction made of their pack (transitively). */
