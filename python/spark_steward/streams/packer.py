@@ -22,10 +22,10 @@ One cycle, in this order (``lifecycle/packs.py`` holds the rules, model-checked)
 
 A crash anywhere leaves a state the next cycle (of any application) continues from: a settled
 pack is recorded before its loose copies go, so a copy missing later is never taken for a
-delete by Spark. One packer writes at a time: a cycle checks, before each of its writes, that
-its run still owns the location (:meth:`Packer.cancel`, and the ``owns`` check the service
-passes, which reads the query's record), so a stopped run's last cycle cannot overwrite the
-catalog of the next run's packer.
+delete by Spark. One packer writes at a time: a cycle stops before each of its writes once its
+run ended (:meth:`Packer.cancel`), and before the catalog also when the ``owns`` check the
+service passes (one read of the query's record) says another run holds the location, so a
+stopped run's last cycle cannot overwrite the catalog of the next run's packer.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from typing import Callable
 from spark_steward.errors import StewardError, StreamError
 from spark_steward.lifecycle import packs as rules
 from spark_steward.lifecycle.packs import LooseFile
-from spark_steward.streams.location import Location, checksum_sidecar
 from spark_steward.storage import Storage
+from spark_steward.streams.location import Location, checksum_sidecar
 from spark_steward.streams.packs import Packs, encode
 
 log = logging.getLogger(__name__)
