@@ -16,46 +16,22 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spark_steward.lifecycle.packs import PACK_NAME
 from tests.cluster.conftest import StewardApp, sigkill_on, steward_setup, wait_until
 from tests.cluster.harness import Cluster
+from tests.spark.test_submit_stream_packs import ROWS, _expected, _inputs, _packs
 
 pytestmark = pytest.mark.cluster
 
-FILES, ROWS = 36, 40
+FILES = 36
 CONF = {"spark.steward.streams.pack.enabled": "true", "spark.steward.streams.pack.grace": "3s",
         "spark.sql.shuffle.partitions": "6",
         "spark.sql.streaming.minBatchesToRetain": "2",
         "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
         "spark.sql.streaming.stateStore.maintenanceInterval": "300ms"}
-
-
-def _inputs(folder: Path, first: int, last: int) -> None:
-    folder.mkdir(exist_ok=True)
-    for number in range(first, last):
-        lines = [json.dumps({"k": row % 5, "v": number * 100 + row}) for row in range(ROWS)]
-        tmp = folder / f".{number:04d}.json.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.rename(folder / f"{number:04d}.json")
-
-
-def _expected(files: int) -> list[list[int]]:
-    out = []
-    for k in range(5):
-        values = [n * 100 + r for n in range(files) for r in range(ROWS) if r % 5 == k]
-        out.append([k, len(values), sum(values)])
-    return out
-
-
-def _packs(location: Path) -> list[str]:
-    folder = location / "_steward" / "packs"
-    return [p.name for p in folder.iterdir() if PACK_NAME.fullmatch(p.name)] \
-        if folder.exists() else []
 
 
 def _seen(app: StewardApp) -> int:
