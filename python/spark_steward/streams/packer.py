@@ -127,8 +127,7 @@ class Packer:
         for source in list(self._moved_seen):
             if source not in names:
                 del self._moved_seen[source]
-        marks = set().union(*state.tombstones.values()) if state.tombstones else set()
-        dead = set(state.catalog_dead) | rules.forward(marks, state.moved, state.packs)
+        dead = state.forwarded_dead()
         settled = set(state.settled) & names
         remove: list[str] = rules.redundant_loose(
             [p for p in state.packs if p.name in settled], loose, dead)
@@ -265,8 +264,7 @@ def unpack(location: Location) -> int:
     pack deletes the loose file alone, without a tombstone)."""
     packs = Packs(location.storage, location.location)
     state = packs.read()
-    marks = set().union(*state.tombstones.values()) if state.tombstones else set()
-    dead = set(state.catalog_dead) | rules.forward(marks, state.moved, state.packs)
+    dead = state.forwarded_dead()
     storage = location.storage
     written = 0
     for rel, member in sorted(rules.live_members(state.packs, dead).items()):

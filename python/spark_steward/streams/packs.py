@@ -26,7 +26,7 @@ import crc32c as _crc32c
 
 from spark_steward.errors import StorageError, StreamError
 from spark_steward.lifecycle.packs import (CATALOG, PACK_NAME, PACKS_FOLDER, TOMBSTONES_FOLDER,
-                                           Member, Pack, live_members, packable)
+                                           Member, Pack, forward, live_members, packable)
 from spark_steward.storage import Storage
 
 MAGIC = b"STWPACK1"
@@ -117,6 +117,15 @@ class PackState:
 
     def live(self) -> dict[str, Member]:
         return live_members(self.packs, self.dead)
+
+    def forwarded_dead(self) -> set[tuple[str, str]]:
+        """The catalog's dead marks and the tombstones, these also applied to the copies a
+        compaction made (the catalog's own marks of a compacted pack are not: its copied
+        members live on in the copy)."""
+        marks: set[tuple[str, str]] = set()
+        for found in self.tombstones.values():
+            marks |= found
+        return set(self.catalog_dead) | forward(marks, self.moved, self.packs)
 
 
 class Packs:
