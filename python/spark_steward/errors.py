@@ -117,6 +117,11 @@ class LocalSpaceFull(LocalStateError):
     """spark.steward.local.max-bytes leaves no room even after evicting every unused entry."""
 
 
+class LocalDiskFull(LocalSpaceFull):
+    """The local dir's filesystem ran out of space (ENOSPC) during a write; names the folder,
+    the bytes the write needed and the bytes free. Nothing of the write is left behind."""
+
+
 class StreamError(StewardError):
     """A streaming checkpoint location cannot be found, read or dropped as asked."""
 

@@ -6,17 +6,21 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import re
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 import crc32c
 import pytest
 
 from spark_steward.blob.cache import BlobCache, BlobSources
+from spark_steward.blob.depot import BlobDepot
 from spark_steward.blob.keys import BlobKind, BlobRef
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, digest_bytes
-from spark_steward.errors import BlobNotFound, ChecksumMismatch
+from spark_steward.errors import BlobNotFound, ChecksumMismatch, LocalDiskFull
+from spark_steward.local.space import free_bytes
 from spark_steward.storage import Storage
+from tests.support.mounts import tmpfs
 
 DATA = os.urandom(300_000)
 
@@ -56,6 +60,44 @@ def test_install_rejects_wrong_bytes_and_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(ChecksumMismatch, match=ref.key.digest):
         store.install("_app", ref.key, ref.size, wrong)
     assert list((tmp_path / "_app").iterdir()) == []
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB filesystem (tmpfs), unmounted after the test whatever happened."""
+    with tmpfs(tmp_path / "small-disk", "size=1m") as mount_point:
+        yield mount_point
+
+
+def assert_names_full_disk(error: LocalDiskFull, folder: Path, needed: int) -> None:
+    """The message names the folder, the bytes needed and the bytes free now (the failed
+    write's temp file already removed), and says what to do."""
+    message = str(error)
+    assert str(folder) in message and f"{needed} bytes" in message, message
+    free = re.search(r"has (\d+) bytes free", message)
+    assert free is not None and int(free.group(1)) == free_bytes(folder), message
+    assert "spark.steward.local.dir" in message, message
+    assert isinstance(error.__cause__, OSError) and error.__cause__.errno == 28
+
+
+def test_a_blob_put_larger_than_the_local_disk_names_the_dir_needed_and_free(
+        small_disk: Path, tmp_path: Path) -> None:
+    depot = BlobDepot(LocalBlobStore(small_disk / "blobs"), None)
+    big = os.urandom(1_500_000)
+    with pytest.raises(LocalDiskFull) as from_bytes:
+        depot.put_bytes(big)
+    assert_names_full_disk(from_bytes.value, small_disk / "blobs" / "_app", len(big))
+    source = tmp_path / "big.bin"
+    source.write_bytes(big)
+    with pytest.raises(LocalDiskFull) as from_file:
+        depot.put_file(source)
+    assert_names_full_disk(from_file.value, small_disk / "blobs" / "_app", len(big))
+
+    left = [p for p in small_disk.rglob("*") if p.is_file()]
+    assert left == [], f"half-written files left behind: {left}"
+    assert depot.refs() == [], "a blob that was not stored is not in the ledger"
+    ref = depot.put_bytes(DATA)  # the space went back: a blob that fits is stored
+    assert depot.local.path(ref.scope, ref.key).read_bytes() == DATA
 
 
 def test_verify_removes_a_corrupt_copy(tmp_path: Path) -> None:

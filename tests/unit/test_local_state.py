@@ -14,11 +14,13 @@ import pytest
 
 from spark_steward.blob.cache import BlobCache, BlobSources
 from spark_steward.blob.keys import BlobRef
-from spark_steward.errors import LocalSpaceFull, LocalStateError
+from spark_steward.errors import LocalDiskFull, LocalSpaceFull, LocalStateError
 from spark_steward.local.stores import LocalState
 from spark_steward.local.fs import OsFs
 from spark_steward.local.working_dir import WorkingDir
-from tests.unit.test_blob_stores import DATA, ref_of
+from tests.unit.test_blob_stores import DATA, assert_names_full_disk, ref_of, small_disk
+
+__all__ = ["small_disk"]  # a fixture used here
 
 
 def _state(root: Path, name: str = "models", max_bytes: int = 0) -> LocalState:
@@ -69,6 +71,33 @@ def test_bad_values_and_keys_are_named(tmp_path: Path) -> None:
         state.put(key, key.encode())
         assert state.get(key) == key.encode()
     assert not (tmp_path.parent / "up").exists()
+
+
+def test_a_value_larger_than_the_local_disk_names_the_dir_needed_and_free(
+        small_disk: Path, tmp_path: Path) -> None:
+    work = WorkingDir(small_disk, "app-1")
+    state = LocalState(work, "models")
+    state.put("ranker", b"v1")
+    big = os.urandom(1_500_000)
+    with pytest.raises(LocalDiskFull) as from_bytes:
+        state.put("ranker", big)
+    folder = small_disk / "state" / "models"
+    assert_names_full_disk(from_bytes.value, folder, len(big))
+    source = tmp_path / "big.bin"
+    source.write_bytes(big)
+    with pytest.raises(LocalDiskFull) as from_file:
+        state.put("ranker", source)
+    assert_names_full_disk(from_file.value, folder, len(big))
+
+    assert state.get("ranker") == b"v1", "the previous value stays, whole"
+    assert state.keys() == ["ranker"]
+    assert work.recover() == 0, "no left-over to recover"
+    record = work.record("state/models/ranker")
+    assert record is not None
+    with_bytes = sorted(p.relative_to(small_disk).as_posix() for p in small_disk.rglob("*")
+                        if p.is_file() and p.stat().st_size > 0)
+    assert with_bytes == ["manifest/state%2Fmodels%2Franker.rec", record.file], \
+        "only v1 and its record hold bytes: no temp file, no announcement"
 
 
 def test_a_corrupted_value_is_never_returned(tmp_path: Path) -> None:

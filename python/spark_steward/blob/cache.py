@@ -42,7 +42,8 @@ from spark_steward.blob.keys import BlobKey, BlobRef, blob_relpath
 from spark_steward.blob.stores import (HaBlobStore, LocalBlobStore, NotRegularFile, Received,
                                        check_key, discard, file_identity, open_blob, temp_name)
 from spark_steward.checksum import crc_of_file
-from spark_steward.errors import BlobNotFound, ChecksumMismatch, LocalSpaceFull, StewardError
+from spark_steward.errors import (BlobNotFound, ChecksumMismatch, LocalDiskFull, LocalSpaceFull,
+                                   StewardError)
 from spark_steward.lifecycle.refcount import RefCounts
 from spark_steward.lifecycle.staged_cleanup import StagedCleanup
 from spark_steward.local.fs import FileLock
@@ -137,6 +138,8 @@ class BlobCache:
                     name, capability="blobs", scope=ref.scope, produce=fill,
                     expected=(ref.crc32c, ref.size)), shared=True)
                 return None
+            except LocalDiskFull:
+                raise  # a task file would be on the same full disk
             except LocalSpaceFull as full:
                 log.warning("streaming blob %s for task %d outside the cache: %s", ref.key,
                             task_id, full)

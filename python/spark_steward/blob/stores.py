@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, NamedTuple
 from spark_steward.blob.keys import BlobKey, blob_relpath, validate_scope_id
 from spark_steward.checksum import crc32c_update, crc_of_fd
 from spark_steward.errors import BlobNotFound, ChecksumMismatch
+from spark_steward.local.space import reporting_full_disk
 from spark_steward.private import make_dirs, open_new
 
 if TYPE_CHECKING:  # fsspec costs an executor's new worker ~40 ms to import
@@ -167,7 +168,8 @@ def discard(path: Path) -> None:
 
 class LocalBlobStore:
     """``<root>/<scopeId>/<key>`` on this host; no fsync (the crc check at first use catches
-    what a power cut could leave, and the HA copy is the durable one)."""
+    what a power cut could leave, and the HA copy is the durable one). A write the disk has
+    no room for raises LocalDiskFull and leaves nothing behind."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
@@ -191,41 +193,46 @@ class LocalBlobStore:
         (temp removed) if what ``produce`` made is not the blob.
         """
         target = self.path(scope, key)
-        make_dirs(target.parent)
-        tmp = temp_name(target)
-        try:
-            check_key(key, expected_size, tmp, produce(tmp), f"copy of blob {key} ({scope})")
-            os.replace(tmp, target)
-        except BaseException:
-            discard(tmp)
-            raise
+        with reporting_full_disk(target.parent, expected_size):
+            make_dirs(target.parent)
+            tmp = temp_name(target)
+            try:
+                check_key(key, expected_size, tmp, produce(tmp),
+                          f"copy of blob {key} ({scope})")
+                os.replace(tmp, target)
+            except BaseException:
+                discard(tmp)
+                raise
         return target
 
     def put_file(self, scope: str, source: str | os.PathLike[str]) -> Digest:
         """Copies ``source`` in, hashing it on the way; returns its digest."""
-        scope_dir = make_dirs(self.scope_dir(scope))
-        tmp = scope_dir / f".put.tmp-{uuid.uuid4().hex[:12]}"
-        try:
-            with open_new(tmp) as out:
-                digest = digest_file(source, copy_to=out)
-            os.replace(tmp, self.path(scope, digest.key))
-        except BaseException:
-            discard(tmp)
-            raise
+        folder = self.scope_dir(scope)
+        with reporting_full_disk(folder, os.stat(source).st_size):
+            make_dirs(folder)
+            tmp = folder / f".put.tmp-{uuid.uuid4().hex[:12]}"
+            try:
+                with open_new(tmp) as out:
+                    digest = digest_file(source, copy_to=out)
+                os.replace(tmp, self.path(scope, digest.key))
+            except BaseException:
+                discard(tmp)
+                raise
         return digest
 
     def put_bytes(self, scope: str, data: bytes | bytearray | memoryview) -> Digest:
         digest = digest_bytes(data)
         target = self.path(scope, digest.key)
-        make_dirs(target.parent)
-        tmp = temp_name(target)
-        try:
-            with open_new(tmp) as out:
-                out.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            discard(tmp)
-            raise
+        with reporting_full_disk(target.parent, digest.size):
+            make_dirs(target.parent)
+            tmp = temp_name(target)
+            try:
+                with open_new(tmp) as out:
+                    out.write(data)
+                os.replace(tmp, target)
+            except BaseException:
+                discard(tmp)
+                raise
         return digest
 
     def open_verified(self, scope: str, key: BlobKey, expected_crc: int, expected_size: int,

@@ -38,6 +38,7 @@ from spark_steward.errors import (ChecksumMismatch, LocalSpaceFull, LocalStateEr
 from spark_steward.lifecycle.lru import CacheUsage, choose_evictions
 from spark_steward.local.lifecycle import FileState, LocalFileRecord, left_over_files
 from spark_steward.local.fs import OS_FS, FileLock, LocalFs
+from spark_steward.local.space import reporting_full_disk
 from spark_steward.records import decode_record, encode_record
 
 log = logging.getLogger(__name__)
@@ -249,7 +250,8 @@ class WorkingDir:
         is checked before the file takes its name (ChecksumMismatch otherwise). A ``versioned``
         entry gets a new file name, so its previous value stays complete until the new record
         replaces the old one. Raises :class:`~spark_steward.errors.LocalSpaceFull` when the
-        byte bound leaves no room.
+        byte bound leaves no room, :class:`~spark_steward.errors.LocalDiskFull` when the disk
+        has none.
         """
         target_rel = f"{entry}~{uuid.uuid4().hex[:8]}" if versioned else entry
         target = self.path_of(target_rel)
@@ -261,33 +263,36 @@ class WorkingDir:
         announced = self._record_path(entry, "writing")
         tmp = target.with_name(f".{PurePosixPath(entry).name}.tmp-{uuid.uuid4().hex[:12]}")
         renamed = False
-        try:
-            self._reserve(announcement, announced, exclude=entry)
-            if chunks is not None:
-                crc, size = self.fs.write_new(tmp, chunks)
-            else:
-                assert produce is not None
-                computed = produce(tmp)
-                self.fs.sync_file(tmp)
-                crc, size = computed if computed is not None else self.fs.crc_of(tmp)
-            if expected is not None and (crc, size) != expected:
-                raise ChecksumMismatch(
-                    f"new host-local copy of {entry} is wrong: crc32c {crc:08x}/{size} bytes, "
-                    f"expected {expected[0]:08x}/{expected[1]} bytes")
-            if size > announcement.size:
-                self._reserve(replace(announcement, size=size), announced, exclude=entry)
-            self.fs.replace(tmp, target)
-            renamed = True
-            self.fs.sync_dir(target.parent)
-            record = replace(announcement, size=size, crc32c=crc, state=FileState.COMPLETE,
-                             written_at=self.clock())
-            self._write_record(self._record_path(entry, "rec"), record)
-        except BaseException:
-            self.fs.unlink(tmp)
-            if renamed and (versioned or previous is None):
-                self.fs.unlink(target)
-            self.fs.unlink(announced)
-            raise
+        # A full disk: LocalDiskFull naming the folder, needed and free, once the except below
+        # has removed what this write made.
+        with reporting_full_disk(target.parent, announcement.size):
+            try:
+                self._reserve(announcement, announced, exclude=entry)
+                if chunks is not None:
+                    crc, size = self.fs.write_new(tmp, chunks)
+                else:
+                    assert produce is not None
+                    computed = produce(tmp)
+                    self.fs.sync_file(tmp)
+                    crc, size = computed if computed is not None else self.fs.crc_of(tmp)
+                if expected is not None and (crc, size) != expected:
+                    raise ChecksumMismatch(
+                        f"new host-local copy of {entry} is wrong: crc32c {crc:08x}/{size} bytes, "
+                        f"expected {expected[0]:08x}/{expected[1]} bytes")
+                if size > announcement.size:
+                    self._reserve(replace(announcement, size=size), announced, exclude=entry)
+                self.fs.replace(tmp, target)
+                renamed = True
+                self.fs.sync_dir(target.parent)
+                record = replace(announcement, size=size, crc32c=crc, state=FileState.COMPLETE,
+                                 written_at=self.clock())
+                self._write_record(self._record_path(entry, "rec"), record)
+            except BaseException:
+                self.fs.unlink(tmp)
+                if renamed and (versioned or previous is None):
+                    self.fs.unlink(target)
+                self.fs.unlink(announced)
+                raise
         self.fs.unlink(announced)
         if previous is not None and previous.file != target_rel:
             self._drop_old_version(entry, previous.file)
