@@ -9,6 +9,7 @@ on the real :class:`CleanupSchedule`, without threads) and the fake clock; a few
 
 from __future__ import annotations
 
+import logging
 import posixpath
 import time
 import uuid
@@ -752,6 +753,38 @@ def test_refresh_follows_another_applications_subsume_mark_and_removal(
     reader.refresh("orders")
     assert [e.number for e in reader.entries("orders")] == [second.number]
     assert first.key not in {e.key for e in reader.entries()}
+
+
+def test_latest_warns_when_the_newest_entry_is_missing_and_returns_the_newest_readable(
+        st: Storage, fs: FailingFileSystem, clock: FakeClock, cleaner: ManualCleaner,
+        caplog: pytest.LogCaptureFixture) -> None:
+    writer = make_store(st, cleaner, clock, app="app-writer")
+    first = completed(writer, fs)
+    completed(writer, fs)
+    reader = make_store(st, cleaner, clock, app="app-reader")
+    caplog.set_level(logging.WARNING, logger="spark_steward")
+    reader.refresh("orders")
+    assert reader.latest("orders").number == 2 and caplog.records == []
+
+    st.delete(E("orders", 2))  # its data and artifact stay
+    reader.refresh("orders")
+    assert reader.latest("orders") == first
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
+    # Under the spark_steward logger, which the driver forwards to log4j (kernel/logs.py).
+    assert warnings[0].name == "spark_steward.checkpoint.store"
+    message = warnings[0].getMessage()
+    assert "orders/2" in message and full(E("orders", 2)) in message, message
+    assert "returning orders/1" in message, message
+
+    st.delete(E("orders", 1))
+    caplog.clear()
+    reader.refresh("orders")
+    with pytest.raises(CheckpointNotFound):
+        reader.latest("orders")
+    [warning] = caplog.records
+    assert "orders/2, orders/1" in warning.getMessage()
+    assert "no readable checkpoint is left" in warning.getMessage()
 
 
 def test_files_the_executors_wrote_must_be_visible_before_a_checkpoint_completes(

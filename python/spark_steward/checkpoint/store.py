@@ -69,6 +69,8 @@ class CheckpointStore:
         self._entries: dict[CheckpointKey, CheckpointEntry] = {}
         self._marked: set[CheckpointKey] = set()  # marks known to be durable
         self._highest: dict[str, int] = {}
+        #: Per series, the numbers the last refresh found data or an artifact of but no entry.
+        self._entryless: dict[str, set[int]] = {}
         self._lock = threading.RLock()
 
     def _options_for(self, url: str) -> dict[str, Any]:
@@ -342,8 +344,10 @@ class CheckpointStore:
         marked or removed some since. What this store is itself completing or discarding is
         left as it is."""
         machine.validate_series(series)
-        stored = self.metadata.numbers(series)["entries"]
+        seen = self.metadata.numbers(series)
+        stored = seen["entries"]
         with self._lock:
+            self._entryless[series] = (seen["artifacts"] | seen["data"]) - stored
             for key in [k for k in self._entries if k[0] == series and k[1] not in stored]:
                 gone = self._entries[key]
                 if not (gone.app_id == self.app_id and gone.state is CheckpointState.PENDING):
@@ -385,7 +389,23 @@ class CheckpointStore:
                                  f"(known: {self._describe_known(series)})")
 
     def latest(self, series: str) -> CheckpointEntry:
+        """The newest completed checkpoint whose entry is readable. A newer one whose entry
+        is missing from storage (its data or artifact is there) is skipped with a warning that
+        names it: the caller gets older data than the newest save."""
         done = self.completed(series)
+        newest = done[-1].number if done else 0
+        with self._lock:
+            skipped = sorted(n for n in self._entryless.get(series, ()) if n > newest)
+        if skipped:
+            log.warning(
+                "checkpoint %s has data but its metadata entry %s is missing from storage; "
+                "%s (restore the entry to keep that data; else the next recovery removes it "
+                "as orphaned once spark.steward.checkpoints.orphan-grace has passed)",
+                ", ".join(f"{series}/{n}" for n in reversed(skipped)),
+                ", ".join(self.storage.url_of(layout.entry_path(series, n))
+                          for n in reversed(skipped)),
+                f"returning {done[-1].id}, the newest readable one" if done else
+                "no readable checkpoint is left")
         if not done:
             raise CheckpointNotFound(f"checkpoint series {series!r} has no completed checkpoint "
                                      f"in {self.storage.url}")
