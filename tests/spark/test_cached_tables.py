@@ -20,6 +20,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.storagelevel import StorageLevel
 
 import spark_steward
 from spark_steward.errors import DisabledForSession
@@ -342,3 +343,37 @@ def test_transparent_cache_persist_and_unpersist(spark: Any, store: Any) -> None
         assert _sorted(df) == expected and counted2.value == 2 * counted2.rows
     finally:
         spark.conf.unset("spark.steward.cache.transparent")
+
+
+LEVELS = [StorageLevel.MEMORY_AND_DISK_DESER, StorageLevel.MEMORY_ONLY, StorageLevel.DISK_ONLY,
+          StorageLevel.MEMORY_AND_DISK, StorageLevel.MEMORY_AND_DISK_2, StorageLevel.DISK_ONLY_3,
+          StorageLevel(False, True, False, True, 2)]
+
+
+def _levels(spark: Any, *, transparent: bool) -> list[str]:
+    """``storageLevel`` after cache(), after each persist(level), after a second persist at
+    another level and after unpersist: Spark's own answers (``transparent`` off, the ground
+    truth) or spark-steward's."""
+    spark.conf.set("spark.steward.cache.transparent", str(transparent).lower())
+    seen = []
+    try:
+        calls: list[Callable[[Any], Any]] = [lambda df: df.cache()]
+        calls += [lambda df, level=level: df.persist(level) for level in LEVELS]
+        for call in calls:
+            df = spark.range(10).selectExpr("id * 3 AS x")
+            assert call(df) is df
+            assert isinstance(df, CachedTable) is transparent
+            seen.append(str(df.storageLevel))
+            df.persist(StorageLevel.DISK_ONLY_2)   # already cached: the level stays
+            seen.append(str(df.storageLevel))
+            df.unpersist()
+            seen.append(str(df.storageLevel))
+    finally:
+        spark.conf.unset("spark.steward.cache.transparent")
+    return seen
+
+
+def test_transparent_cache_reports_the_storage_level_spark_would(spark: Any) -> None:
+    spark_says = _levels(spark, transparent=False)
+    assert spark_says[0] == "Disk Memory Deserialized 1x Replicated"
+    assert _levels(spark, transparent=True) == spark_says

@@ -4,13 +4,17 @@ path and ``df.unpersist()`` invalidates it. Also makes ``explain()`` plan withou
 
 ``df.cache()`` returns ``df`` itself in Spark, and jobs go on using ``df``: the hook turns that
 same object into a reader of the cached table (its JVM DataFrame becomes the table's marker).
-DataFrames derived from ``df`` *before* the call keep computing the original plan.
+DataFrames derived from ``df`` *before* the call keep computing the original plan. Its
+``storageLevel`` is the level Spark would report: the one ``persist`` was given, and
+``MEMORY_AND_DISK_DESER`` (``Disk Memory Deserialized 1x Replicated``) after ``cache()``.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any, Callable
+
+from pyspark.storagelevel import StorageLevel
 
 from spark_steward.config import CACHE_TRANSPARENT
 from spark_steward.kernel import jvm, patches
@@ -52,10 +56,27 @@ def _service_of(df: "DataFrame") -> "TableService | None":
     return service if service.has_tables() else None
 
 
-def _steward_cache(df: "DataFrame") -> bool:
-    """Turns ``df`` itself into a :class:`CachedTable`; False when it stays with Spark."""
+class TransparentlyCachedTable(CachedTable):
+    """A DataFrame that ``cache()`` or ``persist()`` put on the spark-steward path: a
+    :class:`CachedTable` that reports the storage level it was asked for, as Spark would
+    (the marker's own JVM level is NONE)."""
+
+    @property
+    def storageLevel(self) -> StorageLevel:  # noqa: N802 - pyspark's name
+        level: StorageLevel = self.__dict__["_steward_storage_level"]
+        return StorageLevel(level.useDisk, level.useMemory, level.useOffHeap,
+                            level.deserialized, level.replication)
+
+
+def _steward_cache(df: "DataFrame",
+                   storageLevel: StorageLevel = StorageLevel.MEMORY_AND_DISK_DESER) -> bool:
+    """Turns ``df`` itself into a :class:`TransparentlyCachedTable` at ``storageLevel``
+    (``persist``'s argument and default, which is also what ``cache()`` means); False when it
+    stays with Spark. An already cached ``df`` keeps its level, as in Spark."""
     if isinstance(df, CachedTable):
         return True
+    if not isinstance(storageLevel, StorageLevel):
+        return False  # Spark's persist names the bad argument
     service = transparent_service(df)
     if service is None or df.isStreaming:
         return False
@@ -63,13 +84,14 @@ def _steward_cache(df: "DataFrame") -> bool:
     state = df.__dict__
     state["_steward_original"] = (df.__class__, jvm.pop_dataframe_handle(df))
     state["_lazy_rdd"] = None
-    df.__class__ = CachedTable
-    state.update(_steward_service=service, _steward_record=record, _steward_marker=marker)
+    df.__class__ = TransparentlyCachedTable
+    state.update(_steward_service=service, _steward_record=record, _steward_marker=marker,
+                 _steward_storage_level=storageLevel)
     service.hold(record, df)
     return True
 
 
-def _steward_unpersist(df: "DataFrame") -> bool:
+def _steward_unpersist(df: "DataFrame", *args: Any, **kwargs: Any) -> bool:
     """Invalidates a transparently cached ``df`` and gives it its original plan back."""
     original = df.__dict__.get("_steward_original")
     if original is None:
@@ -77,7 +99,7 @@ def _steward_unpersist(df: "DataFrame") -> bool:
     df._steward_service.invalidate(df._steward_record)  # type: ignore[attr-defined,operator]
     state = df.__dict__
     for name in ("_steward_original", "_steward_service", "_steward_record",
-                 "_steward_marker"):
+                 "_steward_marker", "_steward_storage_level"):
         state.pop(name, None)
     df.__class__, handle = original
     jvm.put_dataframe_handle(df, handle)
@@ -85,13 +107,14 @@ def _steward_unpersist(df: "DataFrame") -> bool:
     return True
 
 
-def _take_over(call: str, before: Callable[["DataFrame"], bool]) -> Callable[..., Any]:
-    """The handler of ``DataFrame.<call>``: ``before`` decides whether spark-steward serves it."""
+def _take_over(call: str, before: Callable[..., bool]) -> Callable[..., Any]:
+    """The handler of ``DataFrame.<call>``: ``before``, given the call's arguments, decides
+    whether spark-steward serves it."""
     cached = call != "unpersist"
 
     def handler(proceed: Callable[..., Any], df: "DataFrame", *args: Any, **kwargs: Any) -> Any:
         try:
-            handled = before(df)
+            handled = before(df, *args, **kwargs)
         except Exception as exc:  # never fail a user's cache() for us: Spark's path still works
             log.warning("spark-steward could not take over %s(): %s; using Spark's", call, exc)
             handled = False
