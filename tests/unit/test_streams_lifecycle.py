@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spark_steward.lifecycle.streams import (
     SPARK_TEMP,
+    LocationCheck,
     StreamRecord,
     StreamState,
     drop_refusal,
+    forget_refusal,
+    normal_location,
     state_of,
     temp_sweepable,
     valid_query_id,
@@ -327,3 +333,120 @@ def test_record_from_json_refuses_missing_required_field_naming_it(field: str) -
     del body[field]
     with pytest.raises(ValueError, match=f"'{field}'"):
         StreamRecord.from_json(body)
+
+
+# -- normal_location -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["file:///tmp/x", "file:/tmp/x", "file://localhost/tmp/x",
+                                      "/tmp/x", "/tmp/x/", "/tmp/a/../x", "/tmp/./x",
+                                      "//tmp//x", "file:/tmp/x/", "FILE:///tmp/a/b/../../x"])
+def test_local_spellings_of_one_location_normalise_to_hadoops_url(spelling: str) -> None:
+    assert normal_location(spelling) == "file:/tmp/x"
+
+
+@pytest.mark.parametrize("spelling, normal", [
+    ("s3a://bucket/a/../k/", "s3a://bucket/k"),
+    ("s3a://bucket/k", "s3a://bucket/k"),
+    ("S3A://bucket//k", "s3a://bucket/k"),
+    ("s3a://bucket", "s3a://bucket/"),
+    ("s3a://bucket/", "s3a://bucket/"),
+    ("hdfs://nn:8020/a/./b/", "hdfs://nn:8020/a/b"),
+    ("file://server/share/x/", "file://server/share/x"),  # an authority other than localhost
+])
+def test_other_schemes_keep_scheme_and_authority_and_normalise_the_path(spelling: str,
+                                                                       normal: str) -> None:
+    assert normal_location(spelling) == normal
+
+
+@pytest.mark.parametrize("a, b", [
+    ("s3a://bucket/k", "s3a://other/k"),        # authority differs
+    ("s3a://bucket/k", "s3://bucket/k"),        # scheme differs
+    ("s3a://bucket/k", "file:/k"),
+    ("/tmp/x", "/tmp/y"),
+    ("/tmp/x", "/tmp/x/y"),
+    ("hdfs://nn:8020/a", "hdfs://nn:9000/a"),
+])
+def test_different_locations_stay_different(a: str, b: str) -> None:
+    assert normal_location(a) != normal_location(b)
+
+
+@pytest.mark.parametrize("text", ["counts", "clicks:v2", "ckpt/q1", "file:relative/x", ""])
+def test_names_and_relative_paths_are_returned_unchanged(text: str) -> None:
+    assert normal_location(text) == text
+
+
+@given(st.lists(st.sampled_from(["a", "b", ".", "..", "", "c d"]), max_size=8),
+       st.sampled_from(["", "file:", "file://", "file://localhost", "s3a://bkt", "hdfs://nn:1"]),
+       st.booleans())
+def test_normal_location_is_idempotent_and_ignores_a_trailing_slash(
+        parts: list[str], prefix: str, slash: bool) -> None:
+    location = prefix + "/" + "/".join(parts) + ("/" if slash else "")
+    once = normal_location(location)
+    assert normal_location(once) == once
+    assert normal_location(location + "/") == once
+
+
+# -- forget_refusal: the record of a location that is gone ----------------------------------------
+
+#: Removable: the location is absent, the run stopped in an application that ended, and the
+#: drop grace passed since the record's last change. Each test below varies one input.
+GONE = {"record": _record(stopped=1200.0), "now": 1200.0 + GRACE + 1, "app_dead": True,
+        "grace": GRACE, "location": LocationCheck.ABSENT}
+
+
+def _forget(**changes: Any) -> str | None:
+    return forget_refusal(**{**GONE, **changes})
+
+
+def test_record_of_absent_location_is_removed_after_grace_once_no_run_is_active() -> None:
+    assert _forget() is None
+
+
+def test_record_of_present_location_stays() -> None:
+    why = _forget(location=LocationCheck.PRESENT)
+    assert why is not None and "file:/ckpt/q1 exists" in why
+
+
+def test_record_stays_when_the_storage_could_not_say_whether_the_location_exists() -> None:
+    why = _forget(location=LocationCheck.UNKNOWN)
+    assert why is not None and "unknown" in why
+
+
+def test_record_of_absent_location_stays_while_its_run_may_be_active() -> None:
+    # not stopped, application not proven dead (its lease may be fresh), heartbeat long ago
+    why = _forget(record=_record(), app_dead=False)
+    assert why is not None and "still runs in application app-7" in why
+
+
+def test_record_of_absent_location_stays_within_grace_of_the_last_heartbeat() -> None:
+    # the application crashed (no stop time): its last heartbeat counts
+    record = _record(heartbeat=5000.0)
+    assert _forget(record=record, now=5000.0 + GRACE - 1) is not None
+    assert _forget(record=record, now=5000.0 + GRACE) is None
+
+
+def test_record_of_absent_location_stays_within_grace_of_its_stop() -> None:
+    why = _forget(now=1200.0 + GRACE - 1)
+    assert why is not None and "spark.steward.streams.drop-grace" in why
+    assert _forget(now=1200.0 + GRACE) is None
+
+
+def test_stopped_run_of_a_live_application_is_not_active() -> None:
+    assert _forget(app_dead=False) is None  # the record says the run stopped
+
+
+def test_record_being_dropped_is_left_to_the_drop() -> None:
+    why = _forget(record=_record(stopped=1200.0, dropping=1300.0))
+    assert why is not None and "drop" in why
+
+
+@pytest.mark.parametrize("location, active, after_grace", itertools.product(
+    list(LocationCheck), [True, False], [True, False]))
+def test_record_removed_only_when_absent_inactive_and_after_grace(
+        location: LocationCheck, active: bool, after_grace: bool) -> None:
+    record = _record() if active else _record(stopped=1200.0)
+    now = 1200.0 + GRACE + (1 if after_grace else -1)
+    verdict = forget_refusal(record, now=now, app_dead=False, grace=GRACE, location=location)
+    removable = location is LocationCheck.ABSENT and not active and after_grace
+    assert (verdict is None) is removable, verdict

@@ -7,11 +7,17 @@ A location is *running* while the application of its last run is not known to be
 run has not ended; *stopped* once the run ended or its application died; *abandoned* once it has
 been stopped and idle longer than ``abandoned_after``; *dropping* once a drop was recorded
 (FLIP-270: the discard is recorded before anything is deleted, so a crash resumes it).
+
+A location is named by one normalised URL (:func:`normal_location`) wherever it is recorded or
+looked up. A record whose location is gone (its folder deleted by someone else) is removed once
+no run may be active and the drop grace passed (:func:`forget_refusal`); never on a storage
+error.
 """
 
 from __future__ import annotations
 
 import enum
+import posixpath
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
@@ -27,8 +33,51 @@ _QUERY_ID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-
                        r"[0-9a-fA-F]{12}$")
 
 
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.DOTALL)
+
+
+def normal_location(location: str) -> str:
+    """The one spelling of a checkpoint location, for recording and comparing it.
+
+    Local paths become Hadoop's ``file:/x``: ``file:///x``, ``file://localhost/x``, ``file:/x``,
+    ``/x``, ``/x/`` and ``/a/../x`` are one location. Other schemes keep their scheme (lower
+    case) and authority, with the path normalised the same way (``s3a://b/a/../k/`` is
+    ``s3a://b/k``). A relative path or a plain name is returned unchanged: without a working
+    directory it names no location.
+
+    >>> normal_location("file:///tmp/x/")
+    'file:/tmp/x'
+    """
+    found = _SCHEME.match(location)
+    if found is None:
+        return "file:" + _normal_path(location) if location.startswith("/") else location
+    scheme, rest = found.group(1).lower(), found.group(2)
+    authority, path = "", rest
+    if rest.startswith("//"):
+        authority, _, tail = rest[2:].partition("/")
+        path = "/" + tail
+    if not path.startswith("/"):
+        return location  # relative (``file:x``) or not a path at all (a name with a colon)
+    if scheme == "file" and authority in ("", "localhost"):
+        return "file:" + _normal_path(path)
+    return f"{scheme}://{authority}{_normal_path(path)}"
+
+
+def _normal_path(path: str) -> str:
+    # lstrip: normpath keeps a leading "//" (POSIX leaves its meaning open)
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
 def valid_query_id(value: object) -> bool:
     return isinstance(value, str) and bool(_QUERY_ID.fullmatch(value))
+
+
+class LocationCheck(enum.Enum):
+    """What looking for a location's folder found; ``UNKNOWN`` when the storage failed."""
+
+    PRESENT = "present"
+    ABSENT = "absent"
+    UNKNOWN = "unknown"
 
 
 class StreamState(enum.Enum):
@@ -132,6 +181,23 @@ def drop_refusal(record: StreamRecord, *, now: float, app_dead: bool, grace: flo
         return (f"streaming query {where!r} was active {now - idle_since:.0f}s ago; a location is "
                 f"dropped only after {grace:.0f}s idle (spark.steward.streams.drop-grace)")
     return None
+
+
+def forget_refusal(record: StreamRecord, *, now: float, app_dead: bool, grace: float,
+                   location: LocationCheck) -> str | None:
+    """Why the record of a location stays, in one line; None when it may be removed.
+
+    It may once its location is known to be gone (checked absent: a storage failure is no
+    proof) and, by the drop's rules (:func:`drop_refusal`), no run of the query may be active
+    and the record did not change for ``grace`` seconds: a run starting on a fresh folder, or one
+    whose application's liveness is unknown, keeps its record."""
+    if record.dropping is not None:
+        return f"a drop of {record.location} is recorded; finishing it removes the record"
+    if location is LocationCheck.PRESENT:
+        return f"{record.location} exists"
+    if location is LocationCheck.UNKNOWN:
+        return f"whether {record.location} exists is unknown (its storage failed)"
+    return drop_refusal(record, now=now, app_dead=app_dead, grace=grace, newest_file=None)
 
 
 def temp_sweepable(name: str, modified: float | None, *, now: float, query_active: bool,

@@ -10,7 +10,7 @@ import logging
 from typing import Iterator
 
 from spark_steward.errors import StewardError, StreamError
-from spark_steward.lifecycle.streams import StreamRecord, valid_query_id
+from spark_steward.lifecycle.streams import StreamRecord, normal_location, valid_query_id
 from spark_steward.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -63,11 +63,12 @@ class StreamRegistry:
         self.storage.delete(self.record_path(query_id))
 
     def find(self, name_or_location: str) -> StreamRecord:
-        """The one record whose query id, name or location is ``name_or_location``."""
-        wanted = name_or_location.rstrip("/")
+        """The one record whose query id, name or location is ``name_or_location``; locations
+        compare normalised (``file:///x``, ``file:/x`` and ``/x/`` are one)."""
+        wanted = normal_location(name_or_location)
         found = [r for r in self.all()
-                 if wanted in (r.query_id, r.name, r.location.rstrip("/"),
-                               _plain(r.location).rstrip("/"))]
+                 if name_or_location in (r.query_id, r.name)
+                 or normal_location(r.location) == wanted]
         if not found:
             raise StreamError(f"no streaming checkpoint location named {name_or_location!r} is "
                               f"recorded in {self.storage.url_of(FOLDER)} (spark-steward streams "
@@ -77,9 +78,3 @@ class StreamRegistry:
             raise StreamError(f"{name_or_location!r} names {len(found)} streaming queries ({ids}); "
                               f"give the query id or the location instead")
         return found[0]
-
-
-def _plain(location: str) -> str:
-    """``file:/x`` as the path ``/x`` a user would type."""
-    return location[len("file:"):].replace("///", "/", 1) if location.startswith("file:") \
-        else location
