@@ -1,15 +1,16 @@
 """``spark-steward gc`` for streaming checkpoint locations: what crashed drivers left.
 
 Recorded drops are finished; a location no run holds any more (stopped, or its application
-proven dead) gets its recorded failed deletes retried and Spark's leftover temp files swept.
-Running queries are skipped: their own driver cleans them.
+proven dead) gets its recorded failed deletes retried and Spark's leftover temp files swept;
+the record of a location whose folder is gone is removed after the drop grace (a removed record
+is reported deleted as one file). Running queries are skipped: their own driver cleans them.
 """
 
 from __future__ import annotations
 
 from spark_steward.errors import StewardError
 from spark_steward.gc import Deleted, Failed, GcReport, Progress, Skipped
-from spark_steward.lifecycle.streams import StreamState
+from spark_steward.lifecycle.streams import LocationCheck, StreamState
 from spark_steward.streams.store import StreamStore
 
 
@@ -34,6 +35,12 @@ def collect_streams(store: StreamStore, *, dry_run: bool,
                     result = store.finish_drop(record)
                     files, size = result.files, result.bytes
                 report.deleted.append(Deleted(record.location, files, size))
+            elif store.presence(record)[0] is LocationCheck.ABSENT:
+                why = store.forget_gone(record, dry_run=dry_run)
+                if why is None:
+                    report.deleted.append(Deleted(record.location, 1, 0))
+                else:
+                    report.skipped.append(Skipped(record.location, why))
             elif survey is None:
                 report.failed.append(Failed(record.location, status.problem or "not listable"))
             elif survey.intents or survey.temps:

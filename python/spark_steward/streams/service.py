@@ -3,7 +3,8 @@
 At attach it makes the shim's checkpoint file manager Spark's
 (``spark.sql.streaming.checkpointFileManagerClass``, keeping a manager the user configured as
 the one it delegates to) and resumes what crashed drivers left: drops recorded but not finished,
-failed deletes and temp files of locations no run holds. While queries run it records each
+failed deletes and temp files of locations no run holds, and records of locations whose folder
+is gone (after the drop grace). While queries run it records each
 location at start (``stream_location`` from the manager joined with Spark's QueryStartedEvent),
 keeps a heartbeat from progress, retries failed deletes every ``streams.sweep-interval`` (temp
 files of killed tasks every ``streams.temp-horizon``) and cleans a location once its run ends.
@@ -33,7 +34,8 @@ from spark_steward.kernel.events import (StreamLocation, StreamProgress, StreamS
                                          StreamTerminated)
 from spark_steward.kernel.runtime import RuntimeService
 from spark_steward.kernel.session import active_session
-from spark_steward.lifecycle.streams import StreamRecord, StreamState, valid_query_id
+from spark_steward.lifecycle.streams import (StreamRecord, StreamState, normal_location,
+                                             valid_query_id)
 from spark_steward.streams.location import Location
 from spark_steward.streams.packer import Cancelled, Packer
 from spark_steward.streams.store import StreamStore
@@ -51,7 +53,8 @@ HEARTBEAT_EVERY = 10.0
 PACK_STOP_TIMEOUT = 10.0
 
 #: A cleaner key: (what, query id); "clean" retries intents and sweeps temp files, "retry" only
-#: retries intents, "drop" finishes a recorded drop.
+#: retries intents, "drop" finishes a recorded drop, "recover" removes the record of a location
+#: that is gone or else cleans it.
 Key = tuple[str, str]
 
 
@@ -125,11 +128,12 @@ class StreamService(RuntimeService):
 
     def _on_event(self, event: Any) -> None:
         if isinstance(event, StreamLocation):
+            location = normal_location(event.location)
             with self._lock:
                 if event.query_id and valid_query_id(event.query_id):
-                    self._locations[event.query_id] = event.location
+                    self._locations[event.query_id] = location
                 else:
-                    self._unmatched.append(event.location)
+                    self._unmatched.append(location)
                 waiting = list(self._waiting.values())
             for started in waiting:
                 self._started(started)
@@ -250,20 +254,26 @@ class StreamService(RuntimeService):
         if what == "drop":
             def action() -> None:
                 store.finish_drop(record)
+        elif what == "recover":
+            this_app = self._runtime.app_id if self._runtime is not None else None
+
+            def action() -> None:
+                if store.forget_gone(record, this_app=this_app) is not None:
+                    store.clean(record, active=active)
         else:
             def action() -> None:
                 store.clean(record, active=active, sweep_temps=what != "retry")
         cleaner.submit((what, record.query_id), action)
 
     def _recover(self) -> None:
-        """Resumes what earlier drivers left: recorded drops, and the failed deletes and temp
-        files of locations no run holds any more."""
+        """Resumes what earlier drivers left: recorded drops, the failed deletes and temp files
+        of locations no run holds any more, and the records of locations that are gone."""
         assert self.store is not None and self._runtime is not None
         for status in self.store.statuses(this_app=self._runtime.app_id):
             if status.state is StreamState.DROPPING:
                 self._submit("drop", status.record, active=False)
             elif status.state is not StreamState.RUNNING:
-                self._submit("clean", status.record, active=False)
+                self._submit("recover", status.record, active=False)
 
     def _sweep_loop(self, interval: float) -> None:
         assert self.store is not None

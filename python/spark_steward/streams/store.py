@@ -16,7 +16,9 @@ from typing import Any, Callable
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.errors import StewardError, StreamActive, StreamError
 from spark_steward.gc import application_liveness, is_collectable
-from spark_steward.lifecycle.streams import StreamRecord, StreamState, drop_refusal, state_of
+from spark_steward.lifecycle.streams import (LocationCheck, StreamRecord, StreamState,
+                                             drop_refusal, forget_refusal, normal_location,
+                                             state_of)
 from spark_steward.streams.location import Location, Survey
 from spark_steward.streams.packer import unpack
 from spark_steward.streams.packs import Packs
@@ -85,12 +87,54 @@ class StreamStore:
         self.clock = clock
 
     def location(self, record: StreamRecord) -> Location:
-        return Location(record.location, self.options)
+        return Location(normal_location(record.location), self.options)
 
     def _liveness(self, record: StreamRecord, this_app: str | None) -> str:
         if record.app_id == this_app:
             return "live"
         return application_liveness(self.apps, record.app_id)
+
+    def _app_dead(self, record: StreamRecord, this_app: str | None) -> bool:
+        """Proof that the record's run is not active: its application ended, or it is this
+        application and the run stopped."""
+        return is_collectable(self._liveness(record, this_app)) or (
+            record.app_id == this_app and record.stopped is not None)
+
+    def presence(self, record: StreamRecord) -> tuple[LocationCheck, str | None]:
+        """Whether the location's folder exists; ``UNKNOWN`` with the error when the storage
+        could not say (fsspec's ``exists`` answers False on any error, so ``info`` is asked)."""
+        try:
+            storage = self.location(record).storage
+            storage.fs.info(storage.root)
+        except FileNotFoundError:
+            return LocationCheck.ABSENT, None
+        except Exception as exc:  # noqa: BLE001 - any failure is "unknown", never "absent"
+            return LocationCheck.UNKNOWN, f"{type(exc).__name__}: {exc}"
+        return LocationCheck.PRESENT, None
+
+    def forget_gone(self, record: StreamRecord, *, this_app: str | None = None,
+                    dry_run: bool = False) -> str | None:
+        """Removes the record of a location whose folder is gone (deleted by someone else), once
+        no run of the query may be active and the drop grace passed; returns None when removed
+        (or, with ``dry_run``, when it would be), else why it stays. A storage failure keeps it.
+        The record is read and the folder looked for again just before the removal, so a run
+        that started meanwhile keeps its record."""
+        check, error = self.presence(record)
+        why = forget_refusal(record, now=self.clock(), app_dead=self._app_dead(record, this_app),
+                             grace=self.drop_grace, location=check)
+        if why is not None:
+            return f"{why}: {error}" if error else why
+        if dry_run:
+            return None
+        if self.records.read(record.query_id) != record:
+            return f"the record of {record.location} changed meanwhile"
+        check, error = self.presence(record)
+        if check is not LocationCheck.ABSENT:
+            return f"{record.location} is no longer absent ({error or check.value})"
+        self.records.remove(record.query_id)
+        log.info("removed the record of streaming query %s: its checkpoint location %s is gone",
+                 record.name or record.query_id, record.location)
+        return None
 
     def status(self, record: StreamRecord, *, this_app: str | None = None,
                survey: bool = False) -> StreamStatus:
@@ -132,9 +176,7 @@ class StreamStore:
         record = self.records.find(name_or_location)
         if record.dropping is not None:
             return record
-        liveness = self._liveness(record, this_app)
-        app_dead = is_collectable(liveness) or (record.app_id == this_app
-                                                and record.stopped is not None)
+        app_dead = self._app_dead(record, this_app)
         try:
             newest = self.location(record).survey(now=self.clock(), query_active=True,
                                                   horizon=self.temp_horizon).newest
@@ -175,10 +217,8 @@ class StreamStore:
         record = self.records.find(name_or_location)
         if record.dropping is not None:
             raise StreamActive(f"refusing to unpack {record.location}: it is being dropped")
-        liveness = self._liveness(record, this_app)
-        app_dead = is_collectable(liveness) or (record.app_id == this_app
-                                                and record.stopped is not None)
-        why = drop_refusal(record, now=self.clock(), app_dead=app_dead, grace=0.0,
+        why = drop_refusal(record, now=self.clock(), app_dead=self._app_dead(record, this_app),
+                           grace=0.0,
                            newest_file=None)
         if why is not None:
             raise StreamActive(f"refusing to unpack {record.location}: {why}")
