@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pickle
+import pickletools
 
 import pytest
 
@@ -19,6 +21,21 @@ def fresh_state() -> None:
 def _ctx(app: str = "app-1") -> ExecutorContext:
     return ExecutorContext(app_id=app, storage_url="memory://s", local_dir="/tmp/x",
                            auth_token="secret-token")
+
+
+def test_context_broadcast_value_loads_without_any_module() -> None:
+    # With I/O encryption a worker unpickles it before our code runs, maybe where we are not
+    # installed: the pickle may name no class or function at all, not even a builtin one.
+    full = ExecutorContext(app_id="app-1", storage_url="s3://b/p", local_dir="/tmp/x",
+                           auth_token="secret-token", driver_host="10.0.0.5", server_port=4321,
+                           server_cert="PEM", conf={"spark.steward.enabled": "true"},
+                           setup=("spark_steward.blob.executor:setup",), log_level="DEBUG")
+    for context in (_ctx(), full):
+        data = pickle.dumps(context.to_broadcast(), pickle.HIGHEST_PROTOCOL)
+        imports = [op.name for op, _, _ in pickletools.genops(data)
+                   if op.name in ("GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE")]
+        assert imports == [], imports
+        assert ExecutorContext.from_broadcast(pickle.loads(data)) == context
 
 
 def test_no_context_means_not_in_task() -> None:

@@ -45,7 +45,7 @@ class _CommandCarrier:
 
     __slots__ = ("broadcast", "command", "rdd_command", "missing")
 
-    def __init__(self, broadcast: "Broadcast[executor.ExecutorContext]", command: Any,
+    def __init__(self, broadcast: "Broadcast[dict[str, Any]]", command: Any,
                  missing: "Accumulator[int] | None") -> None:
         self.broadcast = broadcast
         self.command = command
@@ -67,7 +67,7 @@ def _is_rdd_command(command: Any) -> bool:
 
 
 def command_handler(
-        broadcast_for: Callable[["SparkContext"], "Broadcast[executor.ExecutorContext] | None"],
+        broadcast_for: Callable[["SparkContext"], "Broadcast[dict[str, Any]] | None"],
         missing_for: Callable[["SparkContext"], "Accumulator[int] | None"] = lambda sc: None,
 ) -> Callable[..., Any]:
     """The interception of ``_prepare_for_python_RDD`` that routes every pickled Python command
@@ -84,12 +84,13 @@ def command_handler(
     return prepare_with_context
 
 
-def bootstrap(rdd: "RDD[Any]", context_broadcast: "Broadcast[executor.ExecutorContext]"
+def bootstrap(rdd: "RDD[Any]", context_broadcast: "Broadcast[dict[str, Any]]"
               ) -> "RDD[Any]":
     """``rdd`` with the executor runtime started in every task that computes it."""
 
     def start_runtime(iterator: Iterable[Any]) -> Iterator[Any]:
-        executor.install_context(context_broadcast.value)
+        executor.install_context(
+            executor.ExecutorContext.from_broadcast(context_broadcast.value))
         executor.executor_runtime()
         yield from iterator
 

@@ -5,7 +5,9 @@ It is pickled BY VALUE (``cloudpickle.register_pickle_by_value``, see
 still load it: plain PySpark code then runs unchanged, the driver hears of it through an
 accumulator and warns once, and only a command that itself calls spark-steward fails, with one
 line that names the fix instead of ``ModuleNotFoundError`` from deep inside pickle. Hence no
-module-level import of spark-steward here, and nothing else in this module.
+module-level import of spark-steward here, and nothing else in this module. The context
+broadcast it reads holds builtins only (``ExecutorContext.to_broadcast``): with I/O encryption
+the worker loads it before this function runs.
 """
 
 
@@ -32,7 +34,7 @@ def unwrap(context_broadcast, payload, rdd_command, missing):  # type: ignore[no
                 "install spark-steward, the driver's version, in the executors' Python on "
                 "every host (or ship it with the job's environment)") from None
     command = pickle.loads(payload)
-    executor.install_context(context_broadcast.value)
+    executor.install_context(executor.ExecutorContext.from_broadcast(context_broadcast.value))
     if rdd_command:
         func, profiler, deserializer, serializer = command
         command = (executor.TaskScoped(func), profiler, deserializer, serializer)

@@ -1,9 +1,9 @@
 """The executor runtime: created lazily inside a task, once per Python worker process.
 
-The executor context arrives with every task command (see :mod:`spark_steward.kernel.bootstrap`);
-installing it is a dictionary assignment. The runtime itself, with its working directory and the
-per-process components later capabilities add (blob cache, segment writer, local state), is built
-on first use. Sibling worker processes of one executor share the host-local directory and
+The executor context arrives with every task command (see :mod:`spark_steward.kernel.bootstrap`),
+broadcast as plain builtins (:meth:`ExecutorContext.to_broadcast`); installing it is a dictionary
+assignment. The runtime itself, with its working directory and the per-process components later
+capabilities add (blob cache, segment writer, local state), is built on first use. Sibling worker processes of one executor share the host-local directory and
 coordinate through it (file locks, atomic renames), never through memory.
 """
 
@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
@@ -54,6 +54,23 @@ class ExecutorContext:
     #: The log4j level of the driver's ``spark_steward`` logger: Python workers log to their
     #: stderr at it (see :mod:`spark_steward.kernel.logs`).
     log_level: str = ""
+
+    def to_broadcast(self) -> dict[str, Any]:
+        """This context as builtins only (str, int, None, dict, tuple): the value of the
+        context broadcast. With ``spark.io.encryption.enabled`` a Python worker unpickles every
+        broadcast its task references as it starts, before any of our code runs, so an
+        executor whose Python lacks spark-steward must be able to load it; a class of ours in
+        it would fail every task there, plain ones too."""
+        value = {f.name: getattr(self, f.name) for f in fields(self)}
+        value["conf"] = dict(self.conf)
+        value["setup"] = tuple(self.setup)
+        return value
+
+    @classmethod
+    def from_broadcast(cls, value: Mapping[str, Any]) -> ExecutorContext:
+        """The context that :meth:`to_broadcast` turned into ``value``, rebuilt on an executor
+        whose Python has spark-steward."""
+        return cls(**value)
 
 
 TaskHook = Callable[["TaskScope"], None]

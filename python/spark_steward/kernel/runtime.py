@@ -170,7 +170,7 @@ class DriverRuntime:
         #: Where the driver's own servers listen (the advertised driver_host may be a NAT's).
         self.bind_host = self.jvm.driver_bind_address()
         # Broadcast in start(), once services (the blob server's port) have filled it in.
-        self.context_broadcast: "Broadcast[ExecutorContext] | None" = None
+        self.context_broadcast: "Broadcast[dict[str, Any]] | None" = None
         # The heartbeat is the kernel's own and starts first: every capability's start may
         # judge other applications by their records, and this one's must exist by then.
         self.report = RuntimeReport(sc, self.services, lambda: self.dispatcher.dropped)
@@ -214,7 +214,9 @@ class DriverRuntime:
             raise
         setup = tuple(name for service in self.services for name in service.executor_setup)
         self.context = replace(self.context, setup=setup, log_level=forwarded_level())
-        self.context_broadcast = self.sc.broadcast(self.context)
+        # Builtins only: executors without spark-steward load it too (with I/O encryption,
+        # every task's worker unpickles it as it starts).
+        self.context_broadcast = self.sc.broadcast(self.context.to_broadcast())
         self.pump.start()
         log.info("spark-steward %s attached to %s (storage %s)", self.steward_version,
                  self.app_id, self.storage.url)
@@ -413,7 +415,7 @@ def runtime_for(spark: "SparkSession | None" = None) -> DriverRuntime:
     return runtime
 
 
-def _broadcast_for(sc: "SparkContext") -> "Broadcast[ExecutorContext] | None":
+def _broadcast_for(sc: "SparkContext") -> "Broadcast[dict[str, Any]] | None":
     runtime = current_runtime()
     if runtime is None or runtime.sc is not sc or not runtime.enabled_for(None):
         return None
