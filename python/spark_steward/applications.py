@@ -7,6 +7,7 @@ application owns, one folder per capability).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Callable
 
 from spark_steward._version import __version__
-from spark_steward.errors import RecordCorrupt, StewardError
+from spark_steward.errors import RecordCorrupt, StewardError, StorageError
 from spark_steward.lifecycle.liveness import (
     IDENTITY_FORMAT,
     DriverIdentity,
@@ -31,6 +32,8 @@ if TYPE_CHECKING:  # fsspec costs an executor's new worker ~40 ms to import
 log = logging.getLogger(__name__)
 
 RECORDS_DIR = "applications"
+#: What a write into a storage dir this user may not write fails with.
+_DENIED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 OWNED_DIR = "apps"
 _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
@@ -260,7 +263,15 @@ class ApplicationRegistry:
                                  IDENTITY_FORMAT)
 
     def write(self, record: ApplicationRecord) -> None:
-        self.storage.write_record(self.record_path(record.app_id), asdict(record))
+        """Writes ``record``. A storage dir this user cannot write is reported as such
+        (naming the dir, the user and what to do), not as the folder below it that failed."""
+        try:
+            self.storage.write_record(self.record_path(record.app_id), asdict(record))
+        except StorageError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in _DENIED:
+                self.storage.require_writable()
+            raise
 
     def heartbeat(self, record: ApplicationRecord) -> ApplicationRecord:
         updated = replace(record, heartbeat_at=self.clock())

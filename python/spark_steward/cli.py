@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO
 
 from spark_steward._version import __version__
 from spark_steward.config import ENABLED, LOCAL_DIR, STORAGE_DIR, render_markdown_table
-from spark_steward.errors import StewardError
+from spark_steward.errors import StewardError, StorageError
 
 if TYPE_CHECKING:
     from spark_steward.applications import ApplicationRegistry
@@ -50,10 +50,26 @@ def conf_pairs(storage: str | None, local_dir: str | None) -> list[tuple[str, st
     return pairs
 
 
+def check_storage_url(url: str) -> None:
+    """Raises a one-line StorageError when ``url`` could not serve as the storage dir: an
+    unknown protocol, a backend that is not installed (naming its ``pip install``), or a local
+    dir this user cannot write. A job given such a URL would run as plain Spark."""
+    from spark_steward.storage import Storage, check_protocol
+
+    if check_protocol(url) in ("file", "local"):
+        try:
+            Storage.from_url(url).require_writable()
+        except StorageError as exc:
+            raise StorageError(f"{exc} (--no-check prints the flags anyway, for a dir that "
+                               "exists only where the driver runs)") from exc
+
+
 def cmd_conf(args: argparse.Namespace) -> int:
     if args.markdown:
         print(render_markdown_table())
         return 0
+    if args.storage and not args.no_check:
+        check_storage_url(args.storage)
     pairs = conf_pairs(args.storage, args.local_dir)
     if args.format == "properties":
         width = max(len(k) for k, _ in pairs)
@@ -97,6 +113,9 @@ def open_registry(args: argparse.Namespace) -> "ApplicationRegistry":
 def cmd_status(args: argparse.Namespace) -> int:
     registry = open_registry(args)
     storage = registry.storage
+    if not storage.is_object_store and not storage.exists(""):  # a prefix exists on demand
+        raise StorageError(f"storage dir {storage.url} does not exist; check --storage (an "
+                           "application creates it when it first attaches)")
     rows: list[dict[str, Any]] = []
     for record in sorted(registry.all(), key=lambda r: r.started_at):
         owned = registry.owned_usage(record.app_id)
@@ -656,6 +675,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="--conf flags (default) or spark-defaults.conf lines")
     conf.add_argument("--markdown", action="store_true",
                       help="print the table of every spark.steward.* key instead")
+    conf.add_argument("--no-check", action="store_true",
+                      help="do not check that --storage is usable from here (its protocol is "
+                           "known and installed, a local dir writable by this user)")
     conf.set_defaults(run=cmd_conf)
 
     status = sub.add_parser("status", help="applications recorded in a storage dir")

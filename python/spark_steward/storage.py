@@ -14,9 +14,11 @@ backends keep their own access control.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import posixpath
+import pwd
 import shutil
 import sys
 import uuid
@@ -73,6 +75,46 @@ def _modified(info: dict[str, Any]) -> float | None:
     return None
 
 
+def _with_scheme(url: str) -> str:
+    """``url``, a bare path made a ``file://`` URL."""
+    return url if "://" in url else "file://" + os.path.abspath(url)
+
+
+def _missing_backend(url: str, protocol: str, exc: ImportError) -> StorageBackendMissing:
+    spec = known_implementations.get(protocol, {})
+    package = str(spec.get("class", "")).split(".", 1)[0]
+    hint = spec.get("err", "") or str(exc)
+    install = f"; pip install {package}" if package and package != "fsspec" else ""
+    return StorageBackendMissing(
+        f"storage URL {url} needs an fsspec backend for {protocol}://: {hint}{install}")
+
+
+def check_protocol(url: str) -> str:
+    """The protocol of ``url`` (the innermost of a ``a::b://`` chain) once fsspec knows it and
+    its backend imports; nothing is opened. An unknown protocol raises StorageError naming it
+    (and the nearest known one), a known one whose package is missing StorageBackendMissing
+    naming the ``pip install``.
+
+    >>> check_protocol("fiel:///x")
+    Traceback (most recent call last):
+    StorageError: storage URL fiel:///x has an unknown protocol fiel:// (did you mean file://?)
+    """
+    url = _with_scheme(url)
+    protocols = [part.split("://", 1)[0] for part in url.split("::")]
+    for protocol in protocols:
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ImportError as exc:
+            raise _missing_backend(url, protocol, exc) from None
+        except ValueError:
+            near = difflib.get_close_matches(protocol, sorted(known_implementations), n=1)
+            guess = f"did you mean {near[0]}://?" if near else \
+                "e.g. file:///path or s3://bucket/path"
+            raise StorageError(f"storage URL {url} has an unknown protocol {protocol}:// "
+                               f"({guess})") from None
+    return protocols[-1]
+
+
 def _clean_relative(rel: str) -> str:
     parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
     if any(p == ".." for p in parts):
@@ -97,16 +139,12 @@ class Storage:
     @classmethod
     def from_url(cls, url: str, **options: Any) -> "Storage":
         """Storage rooted at ``url``; a missing backend names the package to install."""
-        if "://" not in url:
-            url = "file://" + os.path.abspath(url)
+        url = _with_scheme(url)
+        check_protocol(url)
         try:
             fs, root = fsspec.core.url_to_fs(url, **options)
         except ImportError as exc:
-            protocol = url.split("://", 1)[0]
-            hint = known_implementations.get(protocol, {}).get("err", "")
-            raise StorageBackendMissing(
-                f"storage URL {url} needs an fsspec backend for {protocol}://: {hint or exc}"
-            ) from None
+            raise _missing_backend(url, url.split("://", 1)[0], exc) from None
         except ValueError as exc:
             raise StorageError(f"storage URL {url} is not usable: {exc}") from None
         return cls(fs, root, url, options)
@@ -122,6 +160,34 @@ class Storage:
         """A URL Spark or another process can open for ``rel``."""
         rel = _clean_relative(rel)
         return self.url.rstrip("/") + ("/" + rel if rel else "")
+
+    def require_writable(self) -> None:
+        """Raises StorageError, naming the storage dir, the user and what to do, when this
+        user cannot create files in it (or, while it does not exist yet, in the folder it would
+        be created in). A probe file is created and removed; only local storage is probed,
+        other backends report their own error at the first write."""
+        if not self.is_local:
+            return
+        folder = self.root
+        while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+            folder = os.path.dirname(folder)  # the nearest existing folder: mkdir starts there
+        probe = os.path.join(folder, f".spark-steward-probe-{uuid.uuid4().hex}")
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.unlink(probe)
+        except OSError as exc:
+            uid = os.geteuid()
+            try:
+                user = f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+            except KeyError:
+                user = f"uid {uid}"
+            where = "" if folder == self.root else \
+                f" (it does not exist yet and cannot be created in {folder})"
+            raise StorageError(
+                f"storage dir {self.root} is not writable by user {user}{where}: "
+                f"{exc.strerror or exc}; make it writable for the user the Spark driver runs as "
+                "(chown/chmod, or mount it read-write), or choose another storage dir"
+            ) from exc
 
     # -- writes ----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import subprocess
 import time
 import sys
 from dataclasses import asdict, replace
+from pathlib import Path
 
 import pytest
 
@@ -20,9 +21,10 @@ from spark_steward.applications import (
     this_place,
     validate_app_id,
 )
-from spark_steward.errors import RecordCorrupt, StewardError
+from spark_steward.errors import RecordCorrupt, StewardError, StorageError
 from spark_steward.lifecycle.liveness import IDENTITY_FORMAT, Liveness
 from spark_steward.storage import Storage
+from tests.support.mounts import tmpfs
 from tests.unit.conftest import FakeClock
 
 TIMEOUT = 60.0
@@ -85,6 +87,19 @@ def test_write_read_heartbeat_finish_round_trip(registry: ApplicationRegistry,
     assert done.finished and done.finished_at == done.heartbeat_at == clock.now
     assert registry.read("app-1") == done
     assert registry.all() == [done]
+
+
+def test_writing_into_a_read_only_storage_dir_names_the_dir_and_the_user(
+        tmp_path: Path, clock: FakeClock) -> None:
+    with tmpfs(tmp_path / "read-only", "ro,size=1m") as storage_dir:
+        registry = ApplicationRegistry(Storage.from_url(str(storage_dir)),
+                                       heartbeat_timeout=TIMEOUT, clock=clock)
+        with pytest.raises(StorageError) as info:
+            registry.write(registry.new_record("app-1", "n"))
+        message = str(info.value)
+        assert f"storage dir {storage_dir} is not writable by user" in message, message
+        assert f"uid {os.geteuid()}" in message and "choose another storage dir" in message
+        assert list(storage_dir.iterdir()) == []
 
 
 def test_read_missing_is_none(registry: ApplicationRegistry) -> None:

@@ -9,13 +9,17 @@ import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+from fsspec.registry import known_implementations
 
 from spark_steward import __version__, config
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.cli import main
 from spark_steward.storage import Storage
+from tests.support.mounts import tmpfs
+from tests.unit.test_storage import _uninstalled_protocol
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -92,6 +96,49 @@ def test_conf_properties_format(capsys: pytest.CaptureFixture[str]) -> None:
     assert len({line.index(value) for line, value in zip(out.splitlines(), pairs.values())}) == 1
 
 
+def test_conf_refuses_an_unknown_protocol(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "conf", "--storage", "fiel:///x")
+    _assert_one_error_line(code, out, err, "fiel:///x", "unknown protocol fiel://",
+                           "did you mean file://?")
+
+
+def test_conf_names_the_pip_install_of_a_known_but_missing_backend(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    protocol = _uninstalled_protocol()
+    package = known_implementations[protocol]["class"].split(".")[0]
+    code, out, err = _run(capsys, "conf", "--storage", f"{protocol}://bucket/x")
+    _assert_one_error_line(code, out, err, f"{protocol}://bucket/x", f"pip install {package}")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A real read-only filesystem: root's writes fail there too (chmod would not stop them)."""
+    with tmpfs(tmp_path / "read-only", "ro,size=1m") as mount_point:
+        yield mount_point
+
+
+def test_conf_refuses_a_storage_dir_nobody_can_write(capsys: pytest.CaptureFixture[str],
+                                                     read_only_dir: Path) -> None:
+    code, out, err = _run(capsys, "conf", "--storage", read_only_dir.as_uri())
+    _assert_one_error_line(code, out, err, f"storage dir {read_only_dir} is not writable",
+                           f"by user root (uid {os.geteuid()})", "Read-only file system",
+                           "choose another storage dir")
+    below = read_only_dir / "steward" / "storage"
+    code, out, err = _run(capsys, "conf", "--storage", str(below))
+    _assert_one_error_line(code, out, err, f"storage dir {below} is not writable",
+                           f"does not exist yet and cannot be created in {read_only_dir}")
+    assert "applications" not in err
+    code, out, err = _run(capsys, "conf", "--storage", str(below), "--no-check")
+    assert code == 0 and err == "" and f"spark.steward.storage.dir={below}" in out
+
+
+def test_conf_accepts_a_writable_dir_and_leaves_nothing_in_it(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = _run(capsys, "conf", "--storage", str(tmp_path / "new" / "storage"))
+    assert code == 0 and err == "" and "spark.steward.storage.dir=" in out
+    assert list(tmp_path.iterdir()) == [], "the probe is removed and nothing is created"
+
+
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main([])
@@ -110,11 +157,12 @@ def test_status_of_an_empty_storage(capsys: pytest.CaptureFixture[str], tmp_path
     assert code == 0 and json.loads(out) == {"storage": tmp_path.as_uri(), "applications": []}
 
 
-def test_status_of_a_missing_dir_does_not_create_it(capsys: pytest.CaptureFixture[str],
-                                                    tmp_path: Path) -> None:
+def test_status_of_a_missing_dir_says_it_does_not_exist_and_does_not_create_it(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     missing = tmp_path / "not-yet"
-    code, out, _ = _run(capsys, "status", "--storage", str(missing))
-    assert code == 0 and "no applications recorded" in out
+    code, out, err = _run(capsys, "status", "--storage", str(missing))
+    _assert_one_error_line(code, out, err, f"storage dir {missing.as_uri()} does not exist")
+    assert "no applications recorded" not in err
     assert not missing.exists()
 
 
