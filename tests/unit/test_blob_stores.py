@@ -100,6 +100,26 @@ def test_a_blob_put_larger_than_the_local_disk_names_the_dir_needed_and_free(
     assert depot.local.path(ref.scope, ref.key).read_bytes() == DATA
 
 
+def test_a_blob_larger_than_the_hosts_disk_is_not_cached_nor_streamed_onto_it(
+        small_disk: Path) -> None:
+    big = os.urandom(1_500_000)
+    ref = ref_of(big)
+    served: list[int] = []
+
+    def from_server(r: BlobRef, out: BinaryIO) -> tuple[int, int]:
+        served.append(1)
+        out.write(big)
+        return crc32c.crc32c(big), len(big)
+
+    cache = BlobCache(small_disk / "cache", BlobSources(fetch_from_server=from_server))
+    with pytest.raises(LocalDiskFull) as info:
+        cache.get(ref, 1)
+    assert f"{len(big)} bytes" in str(info.value) and str(small_disk / "cache") in str(info.value)
+    assert served == [1], "a full disk is not retried, nor streamed onto the same disk"
+    left = [p for p in small_disk.rglob("*") if p.is_file() and p.stat().st_size > 0]
+    assert left == [], f"half-written files left behind: {left}"
+
+
 def test_verify_removes_a_corrupt_copy(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
     ref = ref_of(DATA)
