@@ -18,9 +18,8 @@ from spark_steward.errors import LocalDiskFull, LocalSpaceFull, LocalStateError
 from spark_steward.local.stores import LocalState
 from spark_steward.local.fs import OsFs
 from spark_steward.local.working_dir import WorkingDir
-from tests.unit.test_blob_stores import DATA, assert_names_full_disk, ref_of, small_disk
-
-__all__ = ["small_disk"]  # a fixture used here
+from tests.unit.test_blob_stores import DATA, assert_names_full_disk, ref_of
+from tests.unit.test_blob_stores import small_disk  # noqa: F401 - a fixture
 
 
 def _state(root: Path, name: str = "models", max_bytes: int = 0) -> LocalState:
