@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -14,12 +17,13 @@ import pytest
 from spark_steward.applications import ApplicationRecord, ApplicationRegistry
 from spark_steward.errors import StorageError, StreamActive, StreamError
 from spark_steward.lifecycle.liveness import Place
-from spark_steward.lifecycle.streams import StreamRecord, StreamState
+from spark_steward.lifecycle.streams import LocationCheck, StreamRecord, StreamState
 from spark_steward.storage import Storage
 from spark_steward.streams.gc import collect_streams
 from spark_steward.streams.location import Location, checksum_sidecar, fsspec_url
 from spark_steward.streams.registry import StreamRegistry
 from spark_steward.streams.store import StreamStore
+from tests.unit.failing_fs import failing_storage
 
 T0 = 1_700_000_000.0
 HEARTBEAT_TIMEOUT = 60.0
@@ -59,7 +63,9 @@ def _write(path: Path, data: bytes = b"x", mtime: float | None = None) -> Path:
 
 def _intent(location: Path, rel: Any, name: str = GOOD_INTENT, *, raw: bytes | None = None,
             mtime: float | None = None) -> Path:
-    body = raw if raw is not None else json.dumps({"path": rel, "time": 1}).encode()
+    # "time": when Spark asked (epoch ms, as the JVM writes it): now, after the target's write
+    body = raw if raw is not None else json.dumps({"path": rel,
+                                                   "time": int(time.time() * 1000)}).encode()
     return _write(location / "_steward" / "deletes" / name, body, mtime)
 
 
@@ -955,3 +961,180 @@ def test_record_path_refuses_non_ids(storage: Storage) -> None:
         StreamRegistry(storage).record_path("../applications/app-1")
     with pytest.raises(StreamError):
         StreamRegistry(storage).remove("x")
+
+
+# -- records of locations that are gone (issue 33) --------------------------------------------------
+
+
+def test_record_of_a_deleted_location_is_removed_after_the_drop_grace(
+        tmp_path: Path, storage: Storage, store: StreamStore, clock: Clock) -> None:
+    record = _registered(storage, _stream(tmp_path / "gone", stopped=T0))  # never created
+    clock.advance(GRACE - 1)
+    assert "drop-grace" in (store.forget_gone(record) or "")
+    assert _record_file(storage, QID1).exists()
+    clock.advance(1)
+    assert store.forget_gone(record) is None
+    assert not _record_file(storage, QID1).exists()
+
+
+def test_record_of_an_existing_location_stays(
+        tmp_path: Path, storage: Storage, store: StreamStore, clock: Clock) -> None:
+    root = _spark_location(tmp_path / "q1")
+    record = _registered(storage, _stream(root, stopped=T0 - 5000))
+    assert store.presence(record) == (LocationCheck.PRESENT, None)
+    assert "exists" in (store.forget_gone(record) or "")
+    assert _record_file(storage, QID1).exists()
+
+
+def test_record_of_a_gone_location_stays_while_its_application_is_live(
+        tmp_path: Path, storage: Storage, apps: ApplicationRegistry, store: StreamStore) -> None:
+    _live_app(apps)  # a fresh heartbeat; the run never said it stopped
+    record = _registered(storage, _stream(tmp_path / "gone"))
+    assert "still runs in application app-1" in (store.forget_gone(record) or "")
+    assert _record_file(storage, QID1).exists()
+
+
+def test_record_of_a_gone_location_stays_while_its_application_is_unknown(
+        tmp_path: Path, storage: Storage, store: StreamStore) -> None:
+    record = _registered(storage, _stream(tmp_path / "gone", app_id="app-unknown"))
+    assert "still runs" in (store.forget_gone(record) or "")
+    assert _record_file(storage, QID1).exists()
+
+
+def test_record_of_a_gone_location_of_a_crashed_application_goes_after_its_last_heartbeat(
+        tmp_path: Path, storage: Storage, apps: ApplicationRegistry, store: StreamStore,
+        clock: Clock) -> None:
+    _crashed_app(apps, clock)
+    record = _registered(storage, _stream(tmp_path / "gone", heartbeat=T0 - GRACE + 1))
+    assert "drop-grace" in (store.forget_gone(record) or "")
+    clock.advance(1)
+    assert store.forget_gone(record) is None
+    assert not _record_file(storage, QID1).exists()
+
+
+def test_a_storage_error_while_looking_for_the_location_keeps_the_record(
+        tmp_path: Path, storage: Storage, store: StreamStore,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    record = _registered(storage, _stream(tmp_path / "gone", stopped=T0 - 5000))
+    location = Location(record.location)
+    location.storage, fs = failing_storage()
+    fs.fail("info", None, PermissionError(13, "denied"))  # fsspec's exists() would say False
+    monkeypatch.setattr(store, "location", lambda r: location)
+    check, error = store.presence(record)
+    assert check is LocationCheck.UNKNOWN and "denied" in (error or "")
+    why = store.forget_gone(record)
+    assert why is not None and "unknown" in why and "denied" in why
+    report = collect_streams(store, dry_run=False)
+    assert report.deleted == [] and _record_file(storage, QID1).exists()
+
+
+def test_a_run_recorded_between_the_check_and_the_removal_keeps_its_record(
+        tmp_path: Path, storage: Storage, store: StreamStore,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    record = _registered(storage, _stream(tmp_path / "gone", stopped=T0 - 5000))
+    restarted = replace(record, run_id="run-2", started=T0, heartbeat=T0, stopped=None)
+    looked = store.presence
+
+    def presence_then_a_restart(r: StreamRecord) -> Any:
+        found = looked(r)
+        StreamRegistry(storage).write(restarted)  # the new run records itself meanwhile
+        return found
+
+    monkeypatch.setattr(store, "presence", presence_then_a_restart)
+    assert "changed meanwhile" in (store.forget_gone(record) or "")
+    assert StreamRegistry(storage).read(QID1) == restarted
+
+
+def test_collect_streams_removes_the_record_of_a_gone_location_and_dry_run_only_reports_it(
+        tmp_path: Path, storage: Storage, store: StreamStore) -> None:
+    record = _registered(storage, _stream(tmp_path / "gone", stopped=T0 - 5000))
+    dry = collect_streams(store, dry_run=True)
+    assert [(d.app_id, d.files) for d in dry.deleted] == [(record.location, 1)]
+    assert _record_file(storage, QID1).exists()
+    done = collect_streams(store, dry_run=False)
+    assert [d.app_id for d in done.deleted] == [record.location] and done.failed == []
+    assert not _record_file(storage, QID1).exists()
+
+
+def test_collect_streams_keeps_a_gone_locations_record_within_the_grace_and_says_why(
+        tmp_path: Path, storage: Storage, store: StreamStore) -> None:
+    _registered(storage, _stream(tmp_path / "gone", stopped=T0 - 5))
+    report = collect_streams(store, dry_run=False)
+    assert report.deleted == [] and len(report.skipped) == 1
+    assert "drop-grace" in report.skipped[0].reason
+    assert _record_file(storage, QID1).exists()
+
+
+# -- locations in any spelling (issue 33) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["{p}", "{p}/", "file://{p}", "file:{p}/", "file://{p}/",
+                                      "file://localhost{p}", "{parent}/x/../q1",
+                                      "{parent}/./q1"])
+def test_a_location_is_found_by_any_spelling_of_its_url(
+        tmp_path: Path, storage: Storage, spelling: str) -> None:
+    for recorded in (f"file:{tmp_path}/q1", f"file://{tmp_path}/q1", f"file:{tmp_path}/q1/"):
+        registry = StreamRegistry(storage)
+        registry.write(replace(_stream(tmp_path / "q1"), location=recorded))
+        typed = spelling.format(p=tmp_path / "q1", parent=tmp_path)
+        assert registry.find(typed).query_id == QID1, (recorded, typed)
+
+
+def test_a_location_is_not_found_by_another_locations_spelling(
+        tmp_path: Path, streams: StreamRegistry) -> None:
+    for typed in (f"{tmp_path}/ckpt/q", f"{tmp_path}/ckpt/q1x", f"s3a://b{tmp_path}/ckpt/q1",
+                  "ckpt/q1"):
+        with pytest.raises(StreamError, match="no streaming checkpoint location named"):
+            streams.find(typed)
+
+
+def test_cli_unpack_and_drop_find_a_location_recorded_in_hadoops_spelling(
+        tmp_path: Path) -> None:
+    location = tmp_path / "x"
+    location.mkdir()
+    storage = Storage.from_url((tmp_path / "storage").as_uri())
+    StreamRegistry(storage).write(replace(_stream(location), stopped=T0))  # file:/.../x
+    for command in ("unpack", "drop"):
+        done = subprocess.run([sys.executable, "-m", "spark_steward.cli", "streams", command,
+                               location.as_uri(), "--storage", storage.url, "--json"],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert json.loads(done.stdout)["query_id"] == QID1
+    assert not location.exists() and not _record_file(storage, QID1).exists()
+
+
+def test_a_location_is_recorded_normalised_when_spark_announces_it(tmp_path: Path) -> None:
+    from spark_steward.kernel.events import StreamLocation
+    from spark_steward.streams.service import StreamService
+
+    service = StreamService()
+    service._on_event(StreamLocation(0, 0, f"file://{tmp_path}/a/../q1/", QID1))
+    assert service._location_of(QID1) == f"file:{tmp_path}/q1"
+
+
+# -- intents of files Spark wrote again (issue 33, point c) ------------------------------------------
+
+
+def test_retry_intents_keeps_a_file_spark_wrote_again_after_its_delete_failed(
+        tmp_path: Path) -> None:
+    root = _spark_location(tmp_path / "q1")
+    asked = int((T0 - 100) * 1000)
+    target = _write(root / "offsets" / "7", b"v1\nnew\n", T0 - 50)  # rewritten after the ask
+    sidecar = _write(root / "offsets" / ".7.crc", b"c", T0 - 50)
+    intent = _intent(root, "offsets/7", raw=json.dumps({"path": "offsets/7",
+                                                        "time": asked}).encode())
+    assert Location(_url(root)).retry_intents() == 1
+    assert target.read_bytes() == b"v1\nnew\n" and sidecar.exists() and not intent.exists()
+
+
+@pytest.mark.parametrize("asked", [int((T0 - 50) * 1000), int((T0 - 50) * 1000) + 1, None, "x"])
+def test_retry_intents_deletes_a_file_written_before_the_ask_or_of_unknown_time(
+        tmp_path: Path, asked: Any) -> None:
+    root = _spark_location(tmp_path / "q1")
+    target = _write(root / "offsets" / "7", b"v1\n", T0 - 50)
+    body: dict[str, Any] = {"path": "offsets/7"}
+    if asked is not None:
+        body["time"] = asked
+    intent = _intent(root, "offsets/7", raw=json.dumps(body).encode())
+    assert Location(_url(root)).retry_intents() == 1
+    assert not target.exists() and not intent.exists()

@@ -19,6 +19,7 @@ from spark_steward.lifecycle.streams import (
     drop_refusal,
     forget_refusal,
     normal_location,
+    rewritten_since_asked,
     state_of,
     temp_sweepable,
     valid_query_id,
@@ -450,3 +451,21 @@ def test_record_removed_only_when_absent_inactive_and_after_grace(
     verdict = forget_refusal(record, now=now, app_dead=False, grace=GRACE, location=location)
     removable = location is LocationCheck.ABSENT and not active and after_grace
     assert (verdict is None) is removable, verdict
+
+
+# -- rewritten_since_asked: an intent never deletes a file Spark wrote again -----------------------
+
+
+@pytest.mark.parametrize("modified, asked_ms, rewritten", [
+    (1000.0, 1_000_001, False),   # written before the ask: the file Spark gave up
+    (1000.0, 1_000_000, False),   # the same millisecond
+    (1000.0015, 1_000_001, False),  # within the ask's millisecond
+    (1000.002, 1_000_001, True),  # written after the ask: Spark's new file
+    (2000.0, 1_000_000, True),
+    (None, 1_000_000, False),     # no time from the storage
+    (1000.0, None, False),        # an intent without a time
+    (1000.0, "1000000", False),
+    (1000.0, True, False),
+])
+def test_rewritten_since_asked(modified: float | None, asked_ms: object, rewritten: bool) -> None:
+    assert rewritten_since_asked(modified, asked_ms) is rewritten

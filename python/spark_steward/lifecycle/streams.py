@@ -200,6 +200,17 @@ def forget_refusal(record: StreamRecord, *, now: float, app_dead: bool, grace: f
     return drop_refusal(record, now=now, app_dead=app_dead, grace=grace, newest_file=None)
 
 
+def rewritten_since_asked(modified: float | None, asked_ms: object) -> bool:
+    """Whether a file an intent names was written again after Spark asked to delete it
+    (``modified`` in epoch seconds, the intent's ``time`` in epoch milliseconds): then it is a
+    new file Spark needs (a batch planned again after ``purgeAfter``, a delete that landed late
+    and a rewrite), and the intent must not delete it. Unknown times answer False: the intent
+    was recorded because the delete failed, so the file it names is the one Spark gave up."""
+    if modified is None or isinstance(asked_ms, bool) or not isinstance(asked_ms, (int, float)):
+        return False
+    return int(modified * 1000) > asked_ms
+
+
 def temp_sweepable(name: str, modified: float | None, *, now: float, query_active: bool,
                    horizon: float) -> bool:
     """Whether a file is a temp file Spark left behind that may go: named like Spark's atomic

@@ -19,7 +19,8 @@ from typing import Any
 
 from spark_steward.errors import StewardError, StorageError, StreamError
 from spark_steward.lifecycle.packs import PACK_NAME, PACKS_FOLDER
-from spark_steward.lifecycle.streams import INTENTS_FOLDER, OWN_FOLDER, temp_sweepable
+from spark_steward.lifecycle.streams import (INTENTS_FOLDER, OWN_FOLDER, rewritten_since_asked,
+                                             temp_sweepable)
 from spark_steward.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -121,10 +122,14 @@ class Location:
         for name in self.pending_intents():
             intent = f"{INTENTS_FOLDER}/{name}"
             try:
-                target = self._target_of(intent)
+                target, asked_ms = self._target_of(intent)
             except FileNotFoundError:
                 continue  # settled meanwhile by another cleaner
-            if target is not None:
+            if target is not None and rewritten_since_asked(self.storage.last_modified(target),
+                                                            asked_ms):
+                log.info("kept %s/%s: Spark wrote it again after its delete failed",
+                         self.location, target)
+            elif target is not None:
                 self._delete_file(target)  # idempotent; raises while the storage fails
                 self._delete_file(checksum_sidecar(target))
                 log.info("deleted %s/%s, which Spark's delete had left", self.location, target)
@@ -157,15 +162,19 @@ class Location:
             return not os.path.lexists(target) or real == wanted
         return real == root or real.startswith(root + os.sep)
 
-    def _target_of(self, intent: str) -> str | None:
-        """The relative path an intent names; None (the intent is dropped, logged) when it is
-        unreadable or names anything outside the location's Spark files. FileNotFoundError
-        when the intent vanished (settled by another cleaner)."""
+    def _target_of(self, intent: str) -> tuple[str | None, object]:
+        """The relative path an intent names and when the delete was asked (its ``time``, epoch
+        ms, as written); path None (the intent is dropped, logged) when it is unreadable or
+        names anything outside the location's Spark files. FileNotFoundError when the intent
+        vanished (settled by another cleaner)."""
         try:
             data = self.storage.read_bytes(intent)
             if len(data) > _MAX_INTENT_BYTES:
                 raise ValueError(f"{len(data)} bytes")
-            path = json.loads(data)["path"]
+            body = json.loads(data)
+            if not isinstance(body, dict):
+                raise ValueError(f"a {type(body).__name__}, not an object")
+            path, asked_ms = body["path"], body.get("time")
             if not isinstance(path, str):
                 raise ValueError(f"path is {type(path).__name__}")
         except FileNotFoundError:
@@ -173,15 +182,15 @@ class Location:
         except (StorageError, ValueError, KeyError, TypeError) as exc:
             log.warning("dropping the unreadable delete intent %s/%s: %s", self.location,
                         intent, exc)
-            return None
+            return None, None
         parts = path.split("/")
         if (not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts)
                 or parts[0] == OWN_FOLDER or _BAD_CHARACTERS.search(path)
                 or not self._resolves_inside(path)):
             log.warning("dropping the delete intent %s/%s: it names %r, not a file of the "
                         "location", self.location, intent, path[:200])
-            return None
-        return path
+            return None, None
+        return path, asked_ms
 
     def delete_all(self) -> None:
         """Removes everything in the location, then the location itself; idempotent. Our own
