@@ -1138,3 +1138,15 @@ def test_retry_intents_deletes_a_file_written_before_the_ask_or_of_unknown_time(
     intent = _intent(root, "offsets/7", raw=json.dumps(body).encode())
     assert Location(_url(root)).retry_intents() == 1
     assert not target.exists() and not intent.exists()
+
+
+def test_clean_of_an_idle_location_spares_young_temp_files_of_a_run_recorded_since(
+        tmp_path: Path, storage: Storage, store: StreamStore) -> None:
+    root = tmp_path / "q1"
+    files = _dirty(root)
+    idle = _registered(storage, _stream(root, stopped=T0 - 4000))
+    StreamRegistry(storage).write(replace(idle, run_id="run-2", started=T0 - 1, heartbeat=T0 - 1,
+                                          stopped=None))  # a new run, after gc read the record
+    store.clean(idle, active=False)
+    assert files["young_temp"].exists()  # the new run's write in flight
+    assert not files["old_temp"].exists() and not files["target"].exists()

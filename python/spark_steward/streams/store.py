@@ -165,6 +165,11 @@ class StreamStore:
             return 0
         done = location.retry_intents()
         if sweep_temps:
+            if not active:
+                # Judged idle when ``record`` was read: a run recorded since then writes its
+                # temp files now, and sweeping those would fail its atomic writes.
+                current = self.records.read(record.query_id)
+                active = current is not None and current.run_id != record.run_id
             found = location.survey(now=self.clock(), query_active=active,
                                     horizon=self.temp_horizon)
             done += location.sweep_temps(found.temps)
