@@ -109,6 +109,11 @@ class ManifestError(CacheError):
     """A cached table's data files could not be listed or read into a manifest; names the file."""
 
 
+class UnidentifiedCode(CacheError):
+    """The Python code of a plan cannot be identified for sharing (the reason is the message):
+    the table is cached for the application only, never shared under a key that could lie."""
+
+
 class LocalStateError(StewardError):
     """Host-local state was misused or is unusable; the message names the key or path."""
 

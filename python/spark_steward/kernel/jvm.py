@@ -29,7 +29,7 @@ from spark_steward.errors import SetupError, StewardError
 
 if TYPE_CHECKING:
     from py4j.java_gateway import JavaObject
-    from pyspark import RDD, SparkContext
+    from pyspark import RDD, Broadcast, SparkContext
     from pyspark.serializers import Serializer
     from pyspark.sql import DataFrame, SparkSession
 
@@ -295,6 +295,11 @@ def to_rdd(handle: Any, sc: "SparkContext", serializer: "Serializer | None" = No
     from spark_steward.kernel.compat import rdd_class
 
     return rdd_class()(handle, sc, serializer if serializer is not None else NoOpSerializer())
+
+
+def broadcast_id(broadcast: "Broadcast[Any]") -> int:
+    """The id a Python broadcast has in the JVM (and in pickled commands that use it)."""
+    return int(broadcast._jbroadcast.id())
 
 
 def ensure_callback_server(sc: "SparkContext") -> None:

@@ -13,6 +13,7 @@ materialized again, a table that does not fit ``cache.max-bytes`` is used uncach
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -26,11 +27,12 @@ from spark_steward.applications import CleanupBacklog
 from spark_steward.cleaner import EntryKey, RetryingCleaner, cleaner_from_conf
 from spark_steward.config import (CACHE_MAX_BYTES, CACHE_ORPHAN_GRACE, CACHE_SHARED_RETENTION,
                                   CLEANUP_SHUTDOWN_TIMEOUT, CLEANUP_THREADS)
-from spark_steward.errors import CacheError, StewardError
+from spark_steward.errors import CacheError, StewardError, UnidentifiedCode
 from spark_steward.kernel import jvm
 from spark_steward.kernel.runtime import RuntimeService
 from spark_steward.kernel.session import session_value
 from spark_steward.lifecycle.lru import CacheUsage, choose_evictions
+from spark_steward.tables.code_identity import parse_broadcasts, python_identity
 from spark_steward.tables.lifecycle import TableEntry, private_key, shared_key
 from spark_steward.tables.manifest import Manifest, build_manifest, find_problem
 from spark_steward.tables.replicas import read_url
@@ -354,6 +356,12 @@ class TableService(RuntimeService):
         except BaseException:
             store.discard(entry, "its materialization failed")
             raise
+        if entry.shared and self._key_for(record) != entry.key:
+            # an input changed between the key and the write: the files may hold either
+            store.discard(entry, "its inputs changed while it was materialized")
+            log.info("cached table %s (%s): its inputs changed while it was materialized; "
+                     "this query computes the original plan", entry.key, record.description)
+            return None
         if not self._make_room(record, manifest.bytes):
             store.discard(entry, "it does not fit spark.steward.cache.max-bytes")
             log.warning("cached table %s (%s, %d bytes) does not fit spark.steward.cache."
@@ -397,18 +405,33 @@ class TableService(RuntimeService):
     def _key_for(self, record: CatalogRecord) -> str:
         runtime = self._require_runtime()
         if record.shared:
-            import hashlib
-
-            answer = str(self._facade().call("sharedTableIdentity",
-                                                 jvm.dataframe_handle(record.source)))
-            status, _, text = answer.partition("\t")
-            if status == "ok":
+            text, reason = self._shared_identity(record)
+            if text is not None:
                 return shared_key(hashlib.sha256(text.encode("utf-8")).hexdigest())
             if not record.warned_unshareable:
                 record.warned_unshareable = True
-                log.warning("cached table %s (%s) is cached for this application only, not "
-                            "shared: %s", record.table_id, record.description, text)
+                log.info("cached table %s (%s) is cached for this application only, not "
+                         "shared: %s", record.table_id, record.description, reason)
         return private_key(runtime.app_id, record.table_id)
+
+    def _shared_identity(self, record: CatalogRecord) -> tuple[str | None, str]:
+        """(the text that identifies what decides ``record``'s rows, "") or (None, why it
+        cannot be had): the shim's part (plan, schema, options, SQL settings, input files)
+        and the code of every Python function in the plan (:mod:`.code_identity`)."""
+        answer = list(self._facade().call("sharedTableIdentity",
+                                          jvm.dataframe_handle(record.source)))
+        if str(answer[0]) != "ok":
+            return None, str(answer[1])
+        runtime = self._require_runtime()
+        context = (jvm.broadcast_id(runtime.context_broadcast) if runtime.context_broadcast
+                   else None)
+        commands = [(bytes(answer[i]), parse_broadcasts(str(answer[i + 1])))
+                    for i in range(2, len(answer), 2)]
+        try:
+            code = python_identity(commands, context) if commands else ""
+        except UnidentifiedCode as exc:
+            return None, str(exc)
+        return f"{answer[1]}\n{code}", ""
 
     def _write(self, record: CatalogRecord, url: str) -> None:
         sc = self._require_runtime().sc

@@ -122,21 +122,11 @@ final class CachedTables {
   // -- identity of a plan, for shared caches ----------------------------------------------------
 
   /**
-   * "ok\t" followed by a text that is equal for two plans exactly when they compute the same rows
-   * from the same inputs: the canonicalized plan, the pickled bytes of every Python function,
-   * the rows of local relations, and path, length and modification time of every input file.
-   * "unsupported\t" and the reason when the plan reads something whose content cannot be
-   * identified (an RDD, a stream, a non-file source) or the clock.
+   * The identity of {@code ds}'s plan, with cached-table markers replaced by their sources, for
+   * caches shared across applications: see {@link TableIdentity#of}.
    */
-  public static String sharedIdentity(Dataset<Row> ds) throws IOException {
-    LogicalPlan plan = inlineMarkers(ds.queryExecution().analyzed());
-    Identity identity = new Identity(ds.sparkSession().sessionState().newHadoopConf());
-    identity.visit(plan);
-    if (identity.problem != null) {
-      return "unsupported\t" + identity.problem;
-    }
-    Collections.sort(identity.parts);
-    return "ok\t" + plan.canonicalized().treeString() + "\n" + String.join("\n", identity.parts);
+  public static List<Object> sharedIdentity(Dataset<Row> ds) throws IOException {
+    return TableIdentity.of(ds, inlineMarkers(ds.queryExecution().analyzed()));
   }
 
   private static LogicalPlan inlineMarkers(LogicalPlan plan) {
@@ -158,95 +148,6 @@ final class CachedTables {
         return SparkCompat.project(aliases, source);
       }
     });
-  }
-
-  private static final class Identity {
-    final Configuration hadoopConf;
-    final List<String> parts = new ArrayList<>();
-    String problem;
-
-    Identity(Configuration hadoopConf) {
-      this.hadoopConf = hadoopConf;
-    }
-
-    void visit(LogicalPlan plan) throws IOException {
-      if (problem != null) {
-        return;
-      }
-      if (plan.isStreaming()) {
-        problem = "it is a streaming plan";
-        return;
-      }
-      List<LogicalPlan> children = SparkCompat.children(plan);
-      if (children.isEmpty()) {
-        leaf(plan);
-      }
-      for (Expression e : SparkCompat.expressions(plan)) {
-        expression(e);
-      }
-      for (LogicalPlan child : children) {
-        visit(child);
-      }
-    }
-
-    void leaf(LogicalPlan plan) throws IOException {
-      if (plan instanceof LogicalRelation
-          && ((LogicalRelation) plan).relation() instanceof HadoopFsRelation) {
-        HadoopFsRelation fs = (HadoopFsRelation) ((LogicalRelation) plan).relation();
-        for (String file : fs.location().inputFiles()) {
-          Path path = new Path(file);
-          FileStatus status = path.getFileSystem(hadoopConf).getFileStatus(path);
-          parts.add("file " + file + " " + status.getLen() + " " + status.getModificationTime());
-        }
-      } else if (plan instanceof LocalRelation) {
-        MessageDigest digest = sha256();
-        for (InternalRow row : SparkCompat.localRows((LocalRelation) plan)) {
-          digest.update(row.toString().getBytes(StandardCharsets.UTF_8));
-          digest.update((byte) '\n');
-        }
-        parts.add("local " + SparkCompat.hex(digest.digest()));
-      } else if (!(plan instanceof Range || plan instanceof OneRowRelation)) {
-        problem = "it reads " + plan.nodeName() + ", whose content spark-steward cannot identify "
-            + "(shared caches need file sources, ranges or local data)";
-      }
-    }
-
-    void expression(Expression e) throws IOException {
-      if (problem != null) {
-        return;
-      }
-      String name = e.getClass().getSimpleName().toLowerCase(Locale.ROOT);
-      if (name.startsWith("current") || name.equals("now") || name.startsWith("localtimestamp")) {
-        problem = "it reads the clock or the session (" + e.prettyName() + ")";
-        return;
-      }
-      if (!e.deterministic()) {
-        problem = "it is not deterministic (" + e.prettyName() + ")";
-        return;
-      }
-      if (e instanceof PythonFuncExpression) {
-        MessageDigest digest = sha256();
-        for (Byte b : SparkCompat.pythonCommand((PythonFuncExpression) e)) {
-          digest.update(b);
-        }
-        parts.add("python " + ((PythonFuncExpression) e).name() + " "
-            + SparkCompat.hex(digest.digest()));
-      }
-      if (e instanceof SubqueryExpression) {
-        visit(((SubqueryExpression) e).plan());
-      }
-      for (Expression child : SparkCompat.children(e)) {
-        expression(child);
-      }
-    }
-  }
-
-  private static MessageDigest sha256() {
-    try {
-      return MessageDigest.getInstance("SHA-256");
-    } catch (NoSuchAlgorithmException e) {
-      throw new IllegalStateException(e);
-    }
   }
 
   // -- small Scala interop helper --------------------------------------------------------------

@@ -1,6 +1,7 @@
 package io.sparksteward.shim;
 
 import java.io.IOException;
+import java.util.List;
 import java.util.function.Function;
 
 import org.apache.spark.SparkContext;
@@ -129,8 +130,11 @@ public final class PythonFacade {
     return CachedTables.markerId(ds);
   }
 
-  /** "ok\t" and the identity of {@code ds}'s plan for shared caches, or "unsupported\t" why. */
-  public static String sharedTableIdentity(Dataset<Row> ds) throws IOException {
+  /**
+   * ["ok", identity text, then per Python function its command and broadcasts] for shared
+   * caches, or ["unsupported", why]: see TableIdentity.
+   */
+  public static List<Object> sharedTableIdentity(Dataset<Row> ds) throws IOException {
     return CachedTables.sharedIdentity(ds);
   }
 
