@@ -158,6 +158,10 @@ def cached_tables(spark: SparkSession, found: dict[str, Any]) -> None:
     parquet = sorted(p for p in folder.iterdir() if p.name.endswith(".parquet"))
     parquet[0].unlink()                                              # damaged: recompute
     found["after_damage"] = [sorted(tuple(r) for r in t.collect()) == expected, calls.value]
+    # a shared table gets a shared key on every line (the shim's identity and the Python code's)
+    shared = spark_steward.cache(spark.range(0, ROWS, 1, 3).withColumn("y", doubled("id")),
+                                 shared=True)
+    found["shared"] = [shared.count(), (shared.storage_key or "")[:2]]
     found["closed"] = spark_steward.close(spark)
     found["folder_after_close"] = folder.exists()
 

@@ -98,7 +98,8 @@ def test_cached_table_invalidate_recompute_fallback_and_close(run: SmokeRun) -> 
     assert found["first"] == [30, 30, ROWS], "materialized once, then read"
     assert found["after_invalidate"] == [30, 2 * ROWS], "computed again, once"
     assert found["after_damage"] == [True, 3 * ROWS], "a missing file: recomputed, same rows"
-    assert found["closed"] >= 1 and found["folder_after_close"] is False
+    assert found["shared"] == [ROWS, "s-"], "a shared table is shared on this line"
+    assert found["closed"] >= 2 and found["folder_after_close"] is False
 
 
 def test_local_state_round_trips_and_refuses_a_corrupted_value(run: SmokeRun) -> None:
