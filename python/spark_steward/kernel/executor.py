@@ -3,8 +3,9 @@
 The executor context arrives with every task command (see :mod:`spark_steward.kernel.bootstrap`),
 broadcast as plain builtins (:meth:`ExecutorContext.to_broadcast`); installing it is a dictionary
 assignment. The runtime itself, with its working directory and the per-process components later
-capabilities add (blob cache, segment writer, local state), is built on first use. Sibling worker processes of one executor share the host-local directory and
-coordinate through it (file locks, atomic renames), never through memory.
+capabilities add (blob cache, segment writer, local state), is built on first use. Sibling
+worker processes of one executor share the host-local directory and coordinate through it (file
+locks, atomic renames), never through memory.
 """
 
 from __future__ import annotations
