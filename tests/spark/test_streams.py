@@ -9,6 +9,7 @@ deletes Spark asks for, logs every one, and counts operations.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +21,7 @@ import spark_steward
 from spark_steward.errors import StreamActive
 from spark_steward.lifecycle.streams import StreamState
 from spark_steward.streams.service import StreamService
+from spark_steward.streams.store import StreamStore
 from tests.support.faulty_files import CLASS as FAULTY, DIR_KEY, deletes_asked
 
 pytestmark = pytest.mark.spark
@@ -216,6 +218,49 @@ def test_drop_is_refused_while_the_query_runs_and_then_removes_everything(
     result = spark_steward.streams.drop(str(location))
     assert result.files > 0 and not location.exists()
     assert "doomed" not in {s.record.name for s in spark_steward.streams.ls()}
+
+
+def test_a_deleted_locations_record_stays_while_its_query_runs_and_goes_after_the_grace(
+        spark: Any, runtime: Any, tmp_path: Path, stop_queries: list[Any]) -> None:
+    """Issue 33: the record of a location whose folder someone deleted is removed by attach and
+    gc (both through ``forget_gone``), judged from the storage dir as gc judges it."""
+    location = tmp_path / "ckpt"
+    rate = _session(spark, {}).readStream.format("rate").option("rowsPerSecond", 1).load()
+    # One batch, then an hour's wait: nothing writes the folder again once it is deleted.
+    query = (rate.writeStream.format("memory").queryName("deleted_by_hand")
+             .trigger(processingTime="1 hour").option("checkpointLocation", str(location))
+             .start())
+    stop_queries.append(query)
+    _wait_batches(query, 0)
+    runtime.flush_events()
+    qid = str(query.id)
+
+    def store(grace: float) -> StreamStore:
+        return StreamStore(runtime.registry, abandoned_after=3600.0, drop_grace=grace,
+                           temp_horizon=3600.0)
+
+    _wait(lambda: store(0).records.read(qid) is not None, 30, "the query recorded")
+    shutil.rmtree(location)
+    running = store(0).records.read(qid)
+    assert running is not None and running.stopped is None
+    # Its application is live (fresh heartbeat) and the run not stopped: kept, even with no grace.
+    why = store(0).forget_gone(running)
+    assert why is not None and "still runs in application" in why
+    assert store(0).records.read(qid) == running
+
+    query.stop()
+    runtime.flush_events()
+    _wait(lambda: (store(0).records.read(qid) or running).stopped is not None, 30, "stop recorded")
+    stopped = store(0).records.read(qid)
+    assert stopped is not None and stopped.stopped is not None and not location.exists()
+    grace = 5.0
+    why = store(grace).forget_gone(stopped)  # stopped just now: within the grace
+    assert why is not None and "drop-grace" in why
+    assert store(grace).records.read(qid) == stopped
+    time.sleep(max(0.0, stopped.stopped + grace - time.time()) + 0.1)
+    assert store(grace).forget_gone(stopped) is None
+    assert store(grace).records.read(qid) is None
+    assert "deleted_by_hand" not in {s.record.name for s in spark_steward.streams.ls()}
 
 
 def test_a_session_with_spark_steward_off_records_nothing(
