@@ -963,7 +963,7 @@ def test_record_path_refuses_non_ids(storage: Storage) -> None:
         StreamRegistry(storage).remove("x")
 
 
-# -- records of locations that are gone (issue 33) --------------------------------------------------
+# -- records of locations that are gone (issue 33) -------------------------------------------------
 
 
 def test_record_of_a_deleted_location_is_removed_after_the_drop_grace(
@@ -1112,7 +1112,7 @@ def test_a_location_is_recorded_normalised_when_spark_announces_it(tmp_path: Pat
     assert service._location_of(QID1) == f"file:{tmp_path}/q1"
 
 
-# -- intents of files Spark wrote again (issue 33, point c) ------------------------------------------
+# -- intents of files Spark wrote again (issue 33, point c) ----------------------------------------
 
 
 def test_retry_intents_keeps_a_file_spark_wrote_again_after_its_delete_failed(

@@ -469,3 +469,9 @@ def test_record_removed_only_when_absent_inactive_and_after_grace(
 ])
 def test_rewritten_since_asked(modified: float | None, asked_ms: object, rewritten: bool) -> None:
     assert rewritten_since_asked(modified, asked_ms) is rewritten
+
+
+@pytest.mark.parametrize("written", ["file:///ckpt/q1/", "file:/ckpt/q1", "/ckpt/./q1",
+                                     "file://localhost/ckpt/x/../q1"])
+def test_record_from_json_normalises_a_location_written_in_another_spelling(written: str) -> None:
+    assert StreamRecord.from_json(_body(location=written)).location == "file:/ckpt/q1"

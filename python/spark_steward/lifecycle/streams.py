@@ -114,7 +114,8 @@ class StreamRecord:
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "StreamRecord":
-        """Raises ValueError naming the field that is missing or malformed."""
+        """Raises ValueError naming the field that is missing or malformed. The location comes
+        back normalised (:func:`normal_location`), also from records written before it was."""
         if not isinstance(body, Mapping) or type(body.get("format")) is not int \
                 or body.get("format") != 1:
             raise ValueError("not a stream record of format 1")
@@ -138,7 +139,7 @@ class StreamRecord:
         query_id = text("query_id")
         if not valid_query_id(query_id):
             raise ValueError(f"field 'query_id' is {query_id!r}, not a query id")
-        return cls(query_id, text("location"), text("name", True), text("app_id"),
+        return cls(query_id, normal_location(text("location")), text("name", True), text("app_id"),
                    text("run_id"), number("started"), number("heartbeat"),
                    number("stopped", True), text("exception", True), number("dropping", True))
 
