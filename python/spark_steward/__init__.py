@@ -27,7 +27,7 @@ __all__ = ["__version__", "attach", "detach", "runtime", "is_enabled", "bootstra
 
 #: Public modules reached as attributes, imported on first use: a plain job that only imports
 #: spark_steward never pays for them (``spark_steward.blobs.put``, ``spark_steward.local.state``).
-_LAZY_MODULES = {"blobs": "spark_steward.blob.api", "local": "spark_steward.local",
+_LAZY_MODULES = {"blobs": "spark_steward.blobs", "local": "spark_steward.local",
                  "streams": "spark_steward.streams"}
 
 

@@ -34,6 +34,21 @@ def test_local_and_blobs_are_reachable_after_a_bare_import() -> None:
     assert found == [True, True, True]
 
 
+def test_every_capability_module_users_are_told_to_import_imports() -> None:
+    found = _in_fresh_interpreter(
+        "import json, spark_steward.blobs, spark_steward.local, spark_steward.streams\n"
+        "import spark_steward as s\n"
+        "print(json.dumps([s.blobs.get is s.blob.api.get, callable(s.local.state), "
+        "callable(s.streams.ls)]))")
+    assert found == [True, True, True]
+
+
+def test_the_lazy_attribute_and_the_imported_module_are_one_object() -> None:
+    import spark_steward.blobs
+
+    assert spark_steward.blobs is sys.modules["spark_steward.blobs"]
+
+
 def test_a_bare_import_loads_no_capability_kernel_or_pyspark() -> None:
     loaded = _in_fresh_interpreter(
         "import json, sys, spark_steward\n"

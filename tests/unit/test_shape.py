@@ -36,14 +36,19 @@ def is_kernel(module: str) -> bool:
     return under(module, f"{PKG}.kernel")
 
 
+#: Top-level modules that re-export a capability's public API under the name users import.
+FACADE_MODULES = (f"{PKG}.blobs",)
+
+
 def is_top(module: str) -> bool:
-    """The bare facade or the cli: nothing below may reach up to them."""
-    return module == PKG or under(module, f"{PKG}.cli")
+    """The bare facade, its re-export modules or the cli: nothing below may reach up to them."""
+    return module == PKG or module in FACADE_MODULES or under(module, f"{PKG}.cli")
 
 
 def is_low(g: ModuleGraph, module: str) -> bool:
     top_module = module.count(".") == 1 and under(module, PKG) and module not in g.packages
-    return (top_module and module.split(".")[1] not in ("_version", "cli")) or \
+    return (top_module and module.split(".")[1] not in ("_version", "cli")
+            and module not in FACADE_MODULES) or \
         under(module, f"{PKG}.lifecycle")
 
 
