@@ -78,12 +78,18 @@ def _in_task() -> bool:
     return current_context() is not None
 
 
-def get(ref: BlobRef, *, unpack: bool = False, _received: bool = False) -> str:
+def get(ref: BlobRef, *, unpack: bool = False) -> str:
     """Local path of a verified copy of ``ref`` (a directory when ``unpack`` is true).
 
     In a task the copy is in the executor's host-local cache and stays while the task runs;
     on the driver it is the blob server's own copy.
     """
+    return _get(ref, unpack=unpack, received=False)
+
+
+def _get(ref: BlobRef, *, unpack: bool, received: bool) -> str:
+    """:func:`get`; ``received`` also acknowledges receipt of a transient blob to the driver
+    (what :meth:`Offloaded.load` does), which users never do by hand."""
     ref = _check_ref(ref)
     if _in_task():
         from spark_steward.blob.executor import executor_blobs
@@ -91,7 +97,7 @@ def get(ref: BlobRef, *, unpack: bool = False, _received: bool = False) -> str:
         blobs = executor_blobs()
         if unpack:
             return str(blobs.unpacked(ref))
-        return str(blobs.get(ref, received=_received))
+        return str(blobs.get(ref, received=received))
     service = _service()
     path = service.require_depot().local_path(ref.key, ref.scope)
     if unpack:
@@ -126,7 +132,7 @@ class Offloaded:
         from pyspark import cloudpickle  # noqa: F401 - registers reducers cloudpickle output needs
         import pickle
 
-        path = get(self.ref, _received=True)
+        path = _get(self.ref, unpack=False, received=True)
         with _builtin_open(path, "rb") as f:
             return pickle.load(f)
 
