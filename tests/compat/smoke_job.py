@@ -119,7 +119,7 @@ def checkpoints(spark: SparkSession, work: Path, found: dict[str, Any]) -> None:
     found["restored"] = list(restored.agg(F.count("*"), F.sum("y")).first())
     store = runtime.service(CheckpointService).require_store()
     found["cleaner_idle"] = store.cleaner.wait_idle(30.0)
-    found["states"] = [[c.id, c.state] for c in cp.list()]
+    found["states"] = [[c.id, c.state] for c in cp.ls()]
     merged = Path(runtime.storage.path(f"{layout.MERGED}/{series}"))
     found["merged_files"] = files_under(merged)
 

@@ -148,9 +148,9 @@ def test_subsumed_and_deleted_checkpoints_leave_no_physical_file_behind(spark: A
     assert not Path(runtime.storage.path(layout.merged_path(name, first))).exists()
     assert series.latest().count() == 2000
     # deleting the series deletes every physical file and entry it had
-    assert series.delete() == [second]
+    assert series.drop() == [second]
     _idle(store)
-    assert _physical(runtime, name) == {} and series.list() == []
+    assert _physical(runtime, name) == {} and series.ls() == []
 
 
 # -- compression (issue 25) ---------------------------------------------------------------------

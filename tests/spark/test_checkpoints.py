@@ -69,7 +69,7 @@ def _local(runtime: Any, rel: str) -> Path:
 
 
 def _states(series: Any) -> list[tuple[int, str]]:
-    return [(c.id, c.state) for c in series.list()]
+    return [(c.id, c.state) for c in series.ls()]
 
 
 def _poll(done: Callable[[], bool], timeout: float = 30.0, step: Callable[[], None] | None = None
@@ -130,7 +130,7 @@ def test_save_latest_and_restore_round_trip(spark: Any) -> None:
     expected = sorted(rows)  # Rows compare as tuples; decimals by value
 
     assert series.save(df) == 1
-    (info,) = series.list()
+    (info,) = series.ls()
     assert (info.series, info.id, info.state, info.rows) == (name, 1, "completed", 240)
     assert info.bytes and info.completed_at is not None and info.completed_at >= info.created_at
 
@@ -151,7 +151,7 @@ def test_save_latest_and_restore_round_trip(spark: Any) -> None:
     latest = series.latest()
     assert latest.columns == ["id"] and sorted(r.id for r in latest.collect()) == list(range(7))
     # a new handle on the same name sees the same series
-    assert [c.id for c in spark_steward.checkpoints(name).list()] == [1, 2, 3]
+    assert [c.id for c in spark_steward.checkpoints(name).ls()] == [1, 2, 3]
 
 
 @pytest.mark.usefixtures("one_file_per_partition")
@@ -197,7 +197,7 @@ def test_latest_of_an_empty_series_is_not_found(spark: Any) -> None:
     name = _name("nothing")
     with pytest.raises(CheckpointNotFound, match=name):
         spark_steward.checkpoints(name).latest()
-    assert spark_steward.checkpoints(name).list() == []
+    assert spark_steward.checkpoints(name).ls() == []
 
 
 # -- empty DataFrames --------------------------------------------------------------------------
@@ -211,7 +211,7 @@ def test_empty_dataframes_round_trip(spark: Any) -> None:
     assert back.schema == no_rows.schema
     assert back.rdd.getNumPartitions() == 3
     assert back.collect() == [] and back.count() == 0
-    assert series.list()[-1].rows == 0
+    assert series.ls()[-1].rows == 0
 
     schema = T.StructType([T.StructField("k", T.StringType()),
                            T.StructField("v", T.ArrayType(T.DecimalType(10, 2)))])
@@ -225,7 +225,7 @@ def test_empty_dataframes_round_trip(spark: Any) -> None:
         assert back.schema == schema
         assert back.rdd.getNumPartitions() == partitions
         assert back.collect() == [] and back.count() == 0
-        assert series.list()[-1].rows == 0
+        assert series.ls()[-1].rows == 0
     assert partitions == 0  # the last one had no partition at all
     assert back.union(spark.createDataFrame([("a", None)], schema)).count() == 1
 
@@ -293,7 +293,7 @@ def test_a_failing_save_is_discarded_and_reraised(spark: Any, runtime: Any, stor
         series.save(bad)
     assert "no sevens here" in str(info.value), str(info.value)[:3000]
     failed = 2
-    assert failed not in [c.id for c in series.list() if c.state != "marked-for-deletion"]
+    assert failed not in [c.id for c in series.ls() if c.state != "marked-for-deletion"]
     _idle(store)
     assert _states(series) == [(1, "completed")]
     assert not _local(runtime, layout.entry_path(name, failed)).exists()
@@ -458,6 +458,6 @@ def test_a_series_restores_in_another_application(spark: Any, tmp_path: Path) ->
                              "partitions": 4}
     assert got["first"]["count"] == 10
     # the restoring application left the series as it found it
-    assert [(c.id, c.state) for c in series.list()] == [(number - 1, "completed"),
+    assert [(c.id, c.state) for c in series.ls()] == [(number - 1, "completed"),
                                                         (number, "completed")]
     print(f"cross-application restore took {took:.1f}s")

@@ -29,7 +29,7 @@ def _state(root: Path, name: str = "models", max_bytes: int = 0) -> LocalState:
 # -- the API --------------------------------------------------------------------------------------
 
 
-def test_put_get_path_keys_delete(tmp_path: Path) -> None:
+def test_put_get_path_ls_drop(tmp_path: Path) -> None:
     state = _state(tmp_path)
     assert state.get("ranker") is None and state.path("ranker") is None
     state.put("ranker", b"v1")
@@ -39,12 +39,22 @@ def test_put_get_path_keys_delete(tmp_path: Path) -> None:
     assert state.get("ranker") == b"v1"
     path = state.path("lookup/index")
     assert path is not None and Path(path).read_bytes() == b"index" * 100
-    assert state.keys() == ["lookup/index", "ranker"]
+    assert state.ls() == ["lookup/index", "ranker"]
     state.put("ranker", b"v2")
     assert state.get("ranker") == b"v2"
-    assert state.delete("ranker") and not state.delete("ranker")
-    assert state.keys() == ["lookup/index"]
-    assert _state(tmp_path, "other").keys() == [], "stores do not see each other"
+    assert state.drop("ranker") and not state.drop("ranker")
+    assert state.ls() == ["lookup/index"]
+    assert _state(tmp_path, "other").ls() == [], "stores do not see each other"
+
+
+def test_old_names_keys_and_delete_still_work_and_name_their_replacement(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    state.put("ranker", b"v1")
+    with pytest.warns(DeprecationWarning, match=r"use LocalState\.ls\(\)"):
+        assert state.keys() == ["ranker"]
+    with pytest.warns(DeprecationWarning, match=r"use LocalState\.drop\(\)"):
+        assert state.delete("ranker")
+    assert state.ls() == []
 
 
 def test_replacing_a_value_leaves_one_file(tmp_path: Path) -> None:
@@ -89,7 +99,7 @@ def test_a_value_larger_than_the_local_disk_names_the_dir_needed_and_free(
     assert_names_full_disk(from_file.value, folder, len(big))
 
     assert state.get("ranker") == b"v1", "the previous value stays, whole"
-    assert state.keys() == ["ranker"]
+    assert state.ls() == ["ranker"]
     assert work.recover() == 0, "no left-over to recover"
     record = work.record("state/models/ranker")
     assert record is not None
@@ -108,7 +118,7 @@ def test_a_corrupted_value_is_never_returned(tmp_path: Path) -> None:
     path.write_bytes(bytes(raw))
     fresh = _state(tmp_path)  # another process: verifies at first use
     assert fresh.path("k") is None
-    assert fresh.get("k") is None and fresh.keys() == []
+    assert fresh.get("k") is None and fresh.ls() == []
 
 
 def test_get_verifies_the_bytes_it_returns(tmp_path: Path) -> None:
@@ -176,15 +186,15 @@ def test_the_least_recently_used_unheld_entry_is_evicted(tmp_path: Path) -> None
     os.utime(state.work.use_lock_path("state/models/a"), (1, 1))  # a: used long ago
     os.utime(state.work.use_lock_path("state/models/b"), (2, 2))
     state.put("c", b"c" * 100)
-    assert state.keys() == ["b", "c"]
+    assert state.ls() == ["b", "c"]
     held = state.work.hold("state/models/b")  # a task elsewhere uses b
     try:
         os.utime(state.work.use_lock_path("state/models/c"), (3, 3))
         state.put("d", b"d" * 100)
-        assert state.keys() == ["b", "d"], "c went although b was older"
+        assert state.ls() == ["b", "d"], "c went although b was older"
         with pytest.raises(LocalSpaceFull, match=r"max-bytes=250\).*no task uses"):
             state.put("e", b"e" * 200)
-        assert state.keys() == ["b", "d"], "a failed put evicts nothing"
+        assert state.ls() == ["b", "d"], "a failed put evicts nothing"
     finally:
         held.release()
     assert state.work.usage() == (2, 200)

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import spark_steward
 
 PUBLIC_CALLS = ("attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path", "scope",
@@ -64,3 +66,16 @@ def test_an_unknown_attribute_is_an_attribute_error() -> None:
         assert "no_such_thing" in str(exc)
     else:
         raise AssertionError("an unknown attribute must raise AttributeError")
+
+
+def test_checkpoint_series_old_names_call_the_new_ones_and_name_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_steward.checkpoint.service import CheckpointSeries
+
+    monkeypatch.setattr(CheckpointSeries, "ls", lambda self, spark=None: ["listed", spark])
+    monkeypatch.setattr(CheckpointSeries, "drop", lambda self, spark=None: ["dropped", spark])
+    series = CheckpointSeries("pagerank")
+    with pytest.warns(DeprecationWarning, match=r"use CheckpointSeries\.ls\(\)"):
+        assert series.list("session") == ["listed", "session"]
+    with pytest.warns(DeprecationWarning, match=r"use CheckpointSeries\.drop\(\)"):
+        assert series.delete("session") == ["dropped", "session"]

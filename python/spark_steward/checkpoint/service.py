@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import warnings
 from dataclasses import dataclass
 from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
@@ -156,7 +157,7 @@ class CheckpointService(RuntimeService):
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """One checkpoint of a series, as :meth:`CheckpointSeries.list` reports it."""
+    """One checkpoint of a series, as :meth:`CheckpointSeries.ls` reports it."""
 
     series: str
     id: int
@@ -170,7 +171,7 @@ class CheckpointInfo:
 
 class CheckpointSeries:
     """A named series of DataFrame checkpoints: :meth:`save`, :meth:`latest`, :meth:`restore`,
-    :meth:`list`, :meth:`delete`. Build it with :func:`spark_steward.checkpoints`."""
+    :meth:`ls`, :meth:`drop`. Build it with :func:`spark_steward.checkpoints`."""
 
     def __init__(self, name: str, retained: int | None = None,
                  spark: "SparkSession | None" = None) -> None:
@@ -249,7 +250,7 @@ class CheckpointSeries:
         return self._read(runtime, store, store.get_completed(self.name, int(checkpoint_id)),
                           spark)
 
-    def list(self, spark: "SparkSession | None" = None) -> "list[CheckpointInfo]":
+    def ls(self, spark: "SparkSession | None" = None) -> "builtins.list[CheckpointInfo]":
         """Every checkpoint of the series with its state, oldest first."""
         _, service = self._service(spark)
         store = service.require_store()
@@ -258,7 +259,7 @@ class CheckpointSeries:
                                e.completed_at, e.rows, e.bytes)
                 for e in store.entries(self.name)]
 
-    def delete(self, spark: "SparkSession | None" = None) -> "builtins.list[int]":
+    def drop(self, spark: "SparkSession | None" = None) -> "builtins.list[int]":
         """Discards every completed checkpoint of the series, repeatably on the cleanup pool
         (for merged ones: every physical file no other checkpoint needs); returns their ids.
         Saves still running are left to finish."""
@@ -269,6 +270,18 @@ class CheckpointSeries:
         for entry in doomed:
             store.discard(entry, "its series was deleted")
         return [e.number for e in doomed]
+
+    def list(self, spark: "SparkSession | None" = None) -> "builtins.list[CheckpointInfo]":
+        """Deprecated name of :meth:`ls` (one verb per act across spark-steward)."""
+        warnings.warn("CheckpointSeries.list() is deprecated: use CheckpointSeries.ls()",
+                      DeprecationWarning, stacklevel=2)
+        return self.ls(spark)
+
+    def delete(self, spark: "SparkSession | None" = None) -> "builtins.list[int]":
+        """Deprecated name of :meth:`drop` (one verb per act across spark-steward)."""
+        warnings.warn("CheckpointSeries.delete() is deprecated: use CheckpointSeries.drop()",
+                      DeprecationWarning, stacklevel=2)
+        return self.drop(spark)
 
     def _read(self, runtime: "DriverRuntime", store: CheckpointStore, entry: CheckpointEntry,
               spark: "SparkSession | None") -> "DataFrame":

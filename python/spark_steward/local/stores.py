@@ -5,6 +5,7 @@ crc32c, kept across Python worker and executor restarts, removed when the applic
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Union
 from urllib.parse import unquote
@@ -71,7 +72,7 @@ class LocalState:
             raise LocalStateError(f"local state {self.name!r}: a value must be bytes or a file "
                                   f"path, not {type(value).__name__}")
 
-    def delete(self, key: str) -> bool:
+    def drop(self, key: str) -> bool:
         """Removes ``key``; returns whether it was there."""
         entry = self._entry(key)
         with self.work.writing(entry):
@@ -115,11 +116,23 @@ class LocalState:
         self.work.stamp_use(entry)
         return str(self.work.path_of(record.file))
 
-    def keys(self) -> list[str]:
+    def ls(self) -> list[str]:
         """The keys with a complete value, sorted."""
         prefix = self._folder + "/"
         return sorted(unquote(r.entry[len(prefix):]) for r in self.work.records()
                       if r.entry.startswith(prefix) and "/" not in r.entry[len(prefix):])
+
+    def keys(self) -> list[str]:
+        """Deprecated name of :meth:`ls` (one verb per act across spark-steward)."""
+        warnings.warn("LocalState.keys() is deprecated: use LocalState.ls()", DeprecationWarning,
+                      stacklevel=2)
+        return self.ls()
+
+    def delete(self, key: str) -> bool:
+        """Deprecated name of :meth:`drop` (one verb per act across spark-steward)."""
+        warnings.warn("LocalState.delete() is deprecated: use LocalState.drop()",
+                      DeprecationWarning, stacklevel=2)
+        return self.drop(key)
 
     def __contains__(self, key: str) -> bool:
         return self.work.record(self._entry(key)) is not None

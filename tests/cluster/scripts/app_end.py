@@ -42,7 +42,7 @@ def read(_: int, __: Iterator[int]) -> Iterator[dict[str, Any]]:
 
     time.sleep(0.3)
     store = spark_steward.local.state("app-end")
-    keys = sorted(store.keys())
+    keys = sorted(store.ls())
     assert all(store.get(k) == b"value-%s" % k[1:].encode() for k in keys)  # verified reads
     yield {"host": socket.gethostname(), "executor": os.path.basename(os.getcwd()),
            "keys": keys}

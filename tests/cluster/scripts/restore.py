@@ -28,7 +28,7 @@ def main() -> None:
     sc = spark.sparkContext
     xhost.wait_for_executors(sc, 3)
     series = spark_steward.checkpoints(name)
-    completed = [c.id for c in series.list() if c.state == "completed"]
+    completed = [c.id for c in series.ls() if c.state == "completed"]
     latest = series.latest()
 
     @F.udf("string")

@@ -49,7 +49,7 @@ def main() -> None:
     xhost.wait_for_executors(sc, executors)
     rows = sc.parallelize(range(4 * executors), 4 * executors).map(use_local_state).collect()
     series = spark_steward.checkpoints(name)
-    listed = [[c.id, c.state] for c in series.list()]
+    listed = [[c.id, c.state] for c in series.ls()]
     restored = series.latest().agg(F.count("*").alias("n"), F.sum("id").alias("ids"),
                                    F.sum("v").alias("v")).first()
     xhost.phase("result", app_id=sc.applicationId, idle=idle,

@@ -241,7 +241,7 @@ def attach_again(spark: Any) -> None:
     from pyspark.sql import functions as F
 
     series = spark_steward.checkpoints("s")
-    listed = series.list()
+    listed = series.ls()
     log(event="listed", checkpoints=[[c.id, c.state, c.rows] for c in listed])
     for info in listed:
         if info.state == "completed":

@@ -34,7 +34,7 @@ def read_state(index, it):
     import spark_steward.local
 
     store = spark_steward.local.state("app-end")
-    yield sorted(store.keys()), os.path.basename(os.getcwd())
+    yield sorted(store.ls()), os.path.basename(os.getcwd())
 
 
 def executor_pid(app_id, executor_id):

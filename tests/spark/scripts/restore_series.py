@@ -18,7 +18,7 @@ if __name__ == "__main__":
     out, name = sys.argv[1], sys.argv[2]
     spark = SparkSession.builder.appName("restore-series").getOrCreate()
     series = spark_steward.checkpoints(name)
-    completed = [c.id for c in series.list() if c.state == "completed"]
+    completed = [c.id for c in series.ls() if c.state == "completed"]
     latest = series.latest()
     row = latest.agg(F.count("*").alias("n"), F.sum("id").alias("s"), F.sum("k").alias("k")) \
         .first()
