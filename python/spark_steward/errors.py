@@ -32,6 +32,10 @@ class NotInTask(StewardError):
     """An executor-side API was called outside a task that carries the executor context."""
 
 
+class EventDecodeError(StewardError, ValueError):
+    """The shim sent events this version cannot read (a shim/package version mismatch)."""
+
+
 class StorageError(StewardError):
     """A storage operation definitely failed (nothing was changed)."""
 
@@ -60,6 +64,10 @@ class BlobNotFound(StewardError):
     """No store holds the blob (deleted with its scope, or never put); names key and scope."""
 
 
+class NotRegularFile(BlobNotFound):
+    """Something other than a regular file sits under a blob's name."""
+
+
 class BlobServerUnavailable(StewardError):
     """The driver's blob server cannot be reached (connection refused, reset or timed out)."""
 
@@ -72,8 +80,24 @@ class BlobProtocolError(StewardError):
     """A blob server request or reply broke the protocol (bad frame, size, op or field)."""
 
 
+class PeerClosed(BlobProtocolError):
+    """The peer closed the connection between frames: the normal end of a conversation."""
+
+
 class ScopeError(StewardError):
     """An owner scope was misused: bad name, already closed, or closed from another thread."""
+
+
+class ArchiveError(StewardError):
+    """An archive blob cannot be unpacked (unknown format, unsafe member, corrupt)."""
+
+
+class SwarmFailed(StewardError):
+    """Neither the origin nor any peer could supply the remaining pieces of a blob."""
+
+
+class BadPiece(StewardError):
+    """A source sent a piece that is not the plan's, or nothing useful."""
 
 
 class CheckpointError(StewardError):
@@ -133,3 +157,8 @@ class StreamError(StewardError):
 
 class StreamActive(StreamError):
     """A drop was refused: a run of the query may still be active, or it was active too recently."""
+
+
+class Cancelled(StreamError):
+    """A pack cycle stopped before a write: its run no longer owns the location."""
+

@@ -3,13 +3,24 @@ capabilities, the kernel and pyspark are imported only when first used."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
+import pkgutil
 import subprocess
 import sys
+from types import ModuleType
+from typing import Iterator
 
 import pytest
 
 import spark_steward
+
+#: Exception classes allowed outside spark_steward.errors, each with why.
+ERRORS_ELSEWHERE = {
+    # The build backend loads shim_build.py on its own, before the package is importable.
+    "spark_steward.kernel.shim_build.ShimBuildError",
+}
 
 PUBLIC_CALLS = ("attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path", "scope",
                 "checkpoints", "cache", "close")
@@ -79,3 +90,29 @@ def test_checkpoint_series_old_names_call_the_new_ones_and_name_them(
         assert series.list("session") == ["listed", "session"]
     with pytest.warns(DeprecationWarning, match=r"use CheckpointSeries\.drop\(\)"):
         assert series.delete("session") == ["dropped", "session"]
+
+
+def public_modules() -> Iterator[ModuleType]:
+    """The package and every module under it whose dotted path has no part starting with _."""
+    yield spark_steward
+    for info in pkgutil.walk_packages(spark_steward.__path__, "spark_steward."):
+        if not any(part.startswith("_") for part in info.name.split(".")):
+            yield importlib.import_module(info.name)
+
+
+def test_every_error_class_is_defined_in_errors_under_steward_error() -> None:
+    from spark_steward.errors import StewardError
+
+    elsewhere = sorted(
+        f"{module.__name__}.{name}" for module in public_modules()
+        if module.__name__ != "spark_steward.errors"
+        for name, obj in vars(module).items()
+        if inspect.isclass(obj) and issubclass(obj, BaseException)
+        and obj.__module__ == module.__name__ and not name.startswith("_"))
+    assert elsewhere == sorted(ERRORS_ELSEWHERE), "define these in spark_steward/errors.py"
+    import spark_steward.errors as errors
+
+    for name, obj in vars(errors).items():
+        if inspect.isclass(obj) and obj.__module__ == errors.__name__:
+            assert issubclass(obj, StewardError), name
+            assert obj.__doc__ and obj.__doc__.strip(), f"{name} has no docstring"

@@ -13,15 +13,11 @@ import uuid
 import zipfile
 from pathlib import Path
 
-from spark_steward.errors import StewardError
+from spark_steward.errors import ArchiveError, StewardError
 from spark_steward.private import PRIVATE_FILE_MODE, make_dirs
 
 _ZIP = (".zip", ".whl", ".jar", ".egg")
 _TAR = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
-
-
-class ArchiveError(StewardError):
-    """An archive blob cannot be unpacked (unknown format, unsafe member, corrupt)."""
 
 
 def archive_format(name: str) -> str | None:

@@ -20,7 +20,7 @@ import secrets
 import struct
 from typing import Any, Callable, Mapping
 
-from spark_steward.errors import BlobProtocolError
+from spark_steward.errors import BlobProtocolError, PeerClosed
 
 PROTOCOL_VERSION = 1
 
@@ -30,10 +30,6 @@ _HEADER = struct.Struct(">I")
 _MAX_LENGTH = (1 << 32) - 1
 _AUTH_DOMAIN = b"spark-steward-blob-v1:"
 _PEER_DOMAIN = b"spark-steward-peer-v1"
-
-
-class PeerClosed(BlobProtocolError):
-    """The peer closed the connection between frames: the normal end of a conversation."""
 
 
 def encode_frame(obj: Mapping[str, Any]) -> bytes:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, NamedTuple
 
 from spark_steward.blob.keys import BlobKey, blob_relpath, validate_scope_id
 from spark_steward.checksum import crc32c_update, crc_of_fd
-from spark_steward.errors import BlobNotFound, ChecksumMismatch
+from spark_steward.errors import BlobNotFound, ChecksumMismatch, NotRegularFile
 from spark_steward.local.space import reporting_full_disk
 from spark_steward.private import make_dirs, open_new
 
@@ -102,10 +102,6 @@ def file_identity(path: Path) -> Identity | None:
     except FileNotFoundError:
         return None
     return identity_of(st) if stat.S_ISREG(st.st_mode) else None
-
-
-class NotRegularFile(BlobNotFound):
-    """Something other than a regular file sits under a blob's name."""
 
 
 def open_blob(path: Path) -> BinaryIO:

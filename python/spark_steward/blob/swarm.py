@@ -37,7 +37,7 @@ from spark_steward.blob.keys import BlobRef
 from spark_steward.blob.pieces import PiecePlan, have_header, have_name
 from spark_steward.blob.stores import Received, discard
 from spark_steward.checksum import crc32c_update
-from spark_steward.errors import BlobNotFound, StewardError
+from spark_steward.errors import BadPiece, BlobNotFound, StewardError, SwarmFailed
 from spark_steward.private import open_new
 
 log = logging.getLogger(__name__)
@@ -86,10 +86,6 @@ class SwarmStats:
     from_peers: int = 0
     bad_pieces: int = 0
     dropped: dict[str, str] = field(default_factory=dict)
-
-
-class SwarmFailed(StewardError):
-    """Neither the origin nor any peer could supply the remaining pieces."""
 
 
 class Swarm:
@@ -500,10 +496,6 @@ class Swarm:
         with self._cond:
             self.stats.dropped[peer] = why
             self._to_report.append(peer)
-
-
-class BadPiece(StewardError):
-    """A source sent a piece that is not the plan's, or nothing useful."""
 
 
 def _have_or_nothing(source: PieceSource) -> frozenset[int] | None:

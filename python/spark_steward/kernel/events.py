@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Union
 
+from spark_steward.errors import EventDecodeError
+
 
 @dataclass(frozen=True, slots=True)
 class JobStart:
@@ -249,10 +251,6 @@ _DECODERS: dict[str, Callable[[list[Any]], SparkEvent]] = {
     "stream_progress": _stream_progress,
     "stream_terminated": _stream_terminated,
 }
-
-
-class EventDecodeError(ValueError):
-    """The shim sent something this version cannot read (a version mismatch)."""
 
 
 def decode_batch(payload: str) -> EventBatch:

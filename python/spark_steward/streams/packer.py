@@ -38,7 +38,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from spark_steward.errors import StewardError, StreamError
+from spark_steward.errors import Cancelled, StewardError, StreamError
 from spark_steward.lifecycle import packs as rules
 from spark_steward.lifecycle.packs import LooseFile
 from spark_steward.storage import Storage
@@ -50,10 +50,6 @@ log = logging.getLogger(__name__)
 #: Folders of a location whose files may be packed.
 PACKED_FOLDERS = ("offsets", "commits", "state")
 MAX_PACK_BYTES = 256 << 20
-
-
-class Cancelled(StreamError):
-    """The cycle stopped before a write: its run no longer owns the location."""
 
 
 @dataclass(frozen=True)
