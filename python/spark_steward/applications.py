@@ -82,6 +82,7 @@ class CleanupBacklog:
 
     @property
     def given_up_count(self) -> int:
+        """How many deletions were given up in total (``given_up`` lists only the latest few)."""
         return max(self.given_up_total, len(self.given_up))
 
     def __add__(self, other: "CleanupBacklog") -> "CleanupBacklog":
@@ -142,10 +143,12 @@ class ApplicationRecord:
 
     @property
     def driver(self) -> DriverIdentity:
+        """The identity of the driver process, for telling a live driver from a reused pid."""
         return DriverIdentity(self.host, self.pid, self.pid_start, self.boot_id, self.pid_ns)
 
     @property
     def finished(self) -> bool:
+        """True once the application stopped cleanly (``finished_at`` is set)."""
         return self.finished_at is not None
 
 
@@ -247,14 +250,17 @@ class ApplicationRegistry:
 
     @staticmethod
     def record_path(app_id: str) -> str:
+        """The storage path of ``app_id``'s application record."""
         return f"{RECORDS_DIR}/{validate_app_id(app_id)}.json"
 
     @staticmethod
     def owned_path(app_id: str) -> str:
+        """The storage folder of what ``app_id`` owns."""
         return f"{OWNED_DIR}/{validate_app_id(app_id)}"
 
     def new_record(self, app_id: str, app_name: str, *, spark_version: str = "",
                    steward_version: str = "") -> ApplicationRecord:
+        """A fresh record for this driver process (not yet written)."""
         now = self.clock()
         pid = os.getpid()
         return ApplicationRecord(validate_app_id(app_id), app_name, self.here.host, pid,
@@ -274,17 +280,21 @@ class ApplicationRegistry:
             raise
 
     def heartbeat(self, record: ApplicationRecord) -> ApplicationRecord:
+        """Writes ``record`` with a new heartbeat time and returns it: proof the driver is alive."""
         updated = replace(record, heartbeat_at=self.clock())
         self.write(updated)
         return updated
 
     def finish(self, record: ApplicationRecord) -> ApplicationRecord:
+        """Writes ``record`` as finished now and returns it, so cleanup of what it owns may start at
+        once."""
         now = self.clock()
         updated = replace(record, heartbeat_at=now, finished_at=now)
         self.write(updated)
         return updated
 
     def read(self, app_id: str) -> ApplicationRecord | None:
+        """The record of ``app_id``, or None when there is none."""
         try:
             body = self.storage.read_record(self.record_path(app_id))
         except FileNotFoundError:
@@ -320,6 +330,8 @@ class ApplicationRegistry:
         return found
 
     def liveness(self, record: ApplicationRecord) -> Liveness:
+        """Whether ``record``'s application is live, finished or crashed, judged from its heartbeat
+        and driver process."""
         state = classify(finished=record.finished, heartbeat_at=record.heartbeat_at,
                          driver=record.driver, now=self.clock(),
                          heartbeat_timeout=self.heartbeat_timeout, here=self.here,

@@ -38,6 +38,7 @@ class EntryKey(Generic[V]):
     version: V
 
     def describe(self) -> str:
+        """``name/version``, for log lines."""
         return f"{self.name}/{self.version}"
 
 
@@ -51,6 +52,7 @@ class OrphanKey:
     round: int = 0
 
     def describe(self) -> str:
+        """The orphan's path, for log lines."""
         return self.path
 
 
@@ -72,6 +74,7 @@ class RetryingCleaner(Generic[K]):
 
     @property
     def strategy(self) -> RetryStrategy:
+        """The retry strategy of failed deletes."""
         return self._schedule.strategy
 
     def submit(self, key: K, action: Action) -> bool:
@@ -86,6 +89,7 @@ class RetryingCleaner(Generic[K]):
             return True
 
     def outstanding(self) -> list[K]:
+        """The keys still waiting to be deleted."""
         with self._cond:
             return self._schedule.outstanding()
 
@@ -95,6 +99,7 @@ class RetryingCleaner(Generic[K]):
             return {k: t.last_error for k, t in self._schedule.given_up.items()}
 
     def stats(self) -> dict[str, int]:
+        """Attempts, failures, outstanding and given-up counts, for metrics."""
         with self._cond:
             return {"attempts": self._schedule.attempts, "failures": self._schedule.failures,
                     "outstanding": len(self._schedule), "given_up": len(self._schedule.given_up)}

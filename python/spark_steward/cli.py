@@ -33,6 +33,7 @@ def _jar() -> str:
 
 
 def cmd_jar(args: argparse.Namespace) -> int:
+    """``spark-steward jar``: prints the shim jar's path."""
     print(_jar())
     return 0
 
@@ -65,6 +66,8 @@ def check_storage_url(url: str) -> None:
 
 
 def cmd_conf(args: argparse.Namespace) -> int:
+    """``spark-steward conf``: prints the flags that enable spark-steward, after checking the
+    storage URL."""
     if args.markdown:
         print(render_markdown_table())
         return 0
@@ -111,6 +114,8 @@ def open_registry(args: argparse.Namespace) -> "ApplicationRegistry":
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """``spark-steward status``: every application recorded in the storage dir, its liveness and
+    cleanup backlog."""
     registry = open_registry(args)
     storage = registry.storage
     if not storage.is_object_store and not storage.exists(""):  # a prefix exists on demand
@@ -174,6 +179,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def cmd_blobs_ls(args: argparse.Namespace) -> int:
+    """``spark-steward blobs ls``: one line per blob kept in the storage dir."""
     from spark_steward.applications import validate_app_id
     from spark_steward.blob.gc import scan_blobs
     from spark_steward.gc import application_liveness
@@ -213,6 +219,7 @@ def cmd_blobs_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_blobs_du(args: argparse.Namespace) -> int:
+    """``spark-steward blobs du``: blob usage per application."""
     from spark_steward.blob.gc import usage_by_application
 
     registry = open_registry(args)
@@ -245,6 +252,7 @@ def cmd_blobs_du(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoints_ls(args: argparse.Namespace) -> int:
+    """``spark-steward checkpoints ls``: one line per checkpoint, then the merged series' space."""
     from spark_steward.checkpoint.gc import list_checkpoints, series_space
 
     registry = open_registry(args)
@@ -304,6 +312,8 @@ def _stream_store(args: argparse.Namespace) -> "StreamStore":
 
 
 def cmd_streams_ls(args: argparse.Namespace) -> int:
+    """``spark-steward streams ls`` (and ``streams du``, which also surveys each location's files).
+    """
     store = _stream_store(args)
     statuses = store.statuses(survey=args.du)
     if args.json:
@@ -343,6 +353,7 @@ def cmd_streams_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_streams_drop(args: argparse.Namespace) -> int:
+    """``spark-steward streams drop``: removes a location once no run of its query may be active."""
     result = _stream_store(args).drop(args.target)
     if args.json:
         print(json.dumps({"query_id": result.query_id, "location": result.location,
@@ -354,6 +365,8 @@ def cmd_streams_drop(args: argparse.Namespace) -> int:
 
 
 def cmd_streams_unpack(args: argparse.Namespace) -> int:
+    """``spark-steward streams unpack``: writes a stopped location's packed files back as plain
+    files."""
     result = _stream_store(args).unpack(args.target)
     if args.json:
         print(json.dumps({"query_id": result.query_id, "location": result.location,
@@ -398,6 +411,7 @@ def cmd_checkpoints_du(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_ls(args: argparse.Namespace) -> int:
+    """``spark-steward cache ls``: one line per cached table."""
     from spark_steward.tables.gc import list_tables
 
     registry = open_registry(args)
@@ -440,6 +454,7 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_du(args: argparse.Namespace) -> int:
+    """``spark-steward cache du``: cached-table bytes per state and application, and orphans."""
     from spark_steward.tables.gc import space
 
     registry = open_registry(args)
@@ -516,6 +531,7 @@ class ProgressBar:
         self.drawn = len(line)
 
     def close(self) -> None:
+        """Ends the bar's line, if one was drawn."""
         if self.drawn:
             self.stream.write("\n")
             self.stream.flush()
@@ -611,6 +627,8 @@ def _print_gc_summary(name: str, report: "GcReport", noun: str) -> None:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    """``spark-steward gc``: deletes what applications that are no longer alive left, and reports
+    it."""
     registry = open_registry(args)
     reports: list[tuple[str, GcReport]] = []
     collectors = GC_COLLECTORS + ([LOCAL_COLLECTOR] if args.local_dir else [])
@@ -650,6 +668,7 @@ def storage_options(items: list[str] | None) -> dict[str, object]:
 
 
 def cmd_version(args: argparse.Namespace) -> int:
+    """``spark-steward version``: prints the version."""
     print(f"spark-steward {__version__}")
     return 0
 
@@ -663,6 +682,7 @@ def _storage_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line's argument parser, every subcommand bound to its ``cmd_*`` function."""
     parser = argparse.ArgumentParser(prog="spark-steward", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -773,6 +793,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; an error spark-steward raises is printed as one line with exit status
+    1."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))

@@ -137,6 +137,7 @@ class ConfigKey(Generic[T]):
 
     @property
     def default(self) -> T:
+        """The key's default value, parsed."""
         return self.parse(self.default_text) if self.default_text != "" else self.type.parse("")
 
 
@@ -162,6 +163,7 @@ def default_storage_dir() -> str:
 
 
 def default_local_dir() -> str:
+    """The host-local working directory used when ``spark.steward.local.dir`` is empty."""
     return str(_default_root() / "local")
 
 
@@ -483,6 +485,8 @@ class StewardConf:
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, str]], *, warn_unknown: bool = True
                    ) -> "StewardConf":
+        """The conf of ``(key, value)`` pairs (a SparkConf's), every spark.steward.* value
+        validated; unknown keys are warned about."""
         values: dict[str, Any] = {}
         options: dict[str, Any] = {}
         spark_encrypts = False
@@ -510,17 +514,21 @@ class StewardConf:
         return cls(values, options, spark_encrypts=spark_encrypts)
 
     def get(self, key: ConfigKey[T]) -> T:
+        """The typed value of ``key``: the one set, else its default."""
         if key.name in self._values:
             return self._values[key.name]  # type: ignore[no-any-return]
         return key.default
 
     def is_set(self, key: ConfigKey[Any]) -> bool:
+        """True when ``key`` was set explicitly."""
         return key.name in self._values
 
     def storage_dir(self) -> str:
+        """The storage dir URL: ``spark.steward.storage.dir`` or the default under the temp dir."""
         return self.get(STORAGE_DIR) or default_storage_dir()
 
     def local_dir(self) -> str:
+        """The host-local working directory: ``spark.steward.local.dir`` or its default."""
         return self.get(LOCAL_DIR) or default_local_dir()
 
     def blob_encryption(self) -> bool:
@@ -550,6 +558,7 @@ class StewardConf:
 
 
 def parse_storage_option(raw: str) -> Any:
+    """A storage option's text as the value fsspec expects (bool, int, float, else the string)."""
     text = raw.strip()
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
@@ -560,6 +569,7 @@ def parse_storage_option(raw: str) -> Any:
 
 def unknown_key_message(name: str) -> str:
     # Compare what follows the shared prefix, or every key looks close to every other.
+    """The warning for an unknown spark.steward.* key, naming the closest known key."""
     suffixes = {key[len(PREFIX):]: key for key in KEYS}
     close = difflib.get_close_matches(name[len(PREFIX):], list(suffixes), n=1, cutoff=0.75)
     hint = (f"; did you mean {suffixes[close[0]]}?" if close

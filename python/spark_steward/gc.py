@@ -92,14 +92,17 @@ class GcReport:
 
     @property
     def ok(self) -> bool:
+        """True when nothing failed."""
         return not self.failed
 
     @property
     def files(self) -> int:
+        """How many files were deleted."""
         return sum(d.files for d in self.deleted)
 
     @property
     def bytes(self) -> int:
+        """How many bytes were deleted."""
         return sum(d.bytes for d in self.deleted)
 
 
@@ -135,7 +138,9 @@ class FailoverStore(Protocol):
 
     cleaner: Any
 
-    def recover(self, orphan_grace: float, *, dry_run: bool = False) -> "RecoveryReport": ...
+    def recover(self, orphan_grace: float, *, dry_run: bool = False) -> "RecoveryReport":
+        """Cleans what dead applications left (orphans older than ``orphan_grace``); with
+        ``dry_run`` only reports it."""
 
 
 def collect_failover(store: FailoverStore, entry_sizes: Callable[[], dict[str, tuple[int, int]]],

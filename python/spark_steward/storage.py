@@ -305,6 +305,7 @@ class Storage:
         return records.decode_record(self.read_bytes(rel), self.url_of(rel))
 
     def exists(self, rel: str) -> bool:
+        """True when something is stored at ``rel``."""
         return bool(self.fs.exists(self.path(rel)))
 
     def list_names(self, rel: str = "") -> list[str]:

@@ -96,9 +96,11 @@ class BlobCache:
         return getattr(self._last, "source", None)
 
     def entry(self, scope: str, key: BlobKey) -> str:
+        """The working-dir entry name of a blob's cached copy."""
         return f"{self.FOLDER}/{blob_relpath(scope, key)}"
 
     def path(self, scope: str, key: BlobKey) -> Path:
+        """The local path where a blob's cached copy lives (whether or not it is there)."""
         return self.work.path_of(self.entry(scope, key))
 
     # -- reads -------------------------------------------------------------------------------
@@ -301,6 +303,7 @@ class BlobCache:
             self._staged.stage(entry)
 
     def referenced(self, ref: BlobRef) -> int:
+        """How many running tasks of this process hold ``ref``'s cached copy."""
         with self._lock:
             return self._refs.count((ref.scope, ref.key))
 

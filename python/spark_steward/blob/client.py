@@ -78,6 +78,7 @@ class BlobClient:
 
     @property
     def address(self) -> str:
+        """The blob server's ``host:port``."""
         return f"{self._host}:{self._port}"
 
     # -- public ------------------------------------------------------------------------------
@@ -178,6 +179,7 @@ class BlobClient:
                 sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        """Closes the connection; the next request opens a new one."""
         with self._lock:
             self._drop()
 

@@ -70,6 +70,8 @@ class BlobDepot:
     def put_file(self, source: str | os.PathLike[str], *, scope: str = APPLICATION_SCOPE,
                  kind: BlobKind = BlobKind.PERMANENT, receivers: int = 0, name: str = ""
                  ) -> BlobRef:
+        """Stores the file ``source`` as a blob of ``scope`` (locally, then in HA when configured)
+        and returns its ref."""
         if not os.path.isfile(source):
             raise BlobNotFound(f"cannot put {source}: no such file")
         with self._putting_into(scope):
@@ -80,6 +82,8 @@ class BlobDepot:
     def put_bytes(self, data: bytes | bytearray | memoryview, *, scope: str = APPLICATION_SCOPE,
                   kind: BlobKind = BlobKind.PERMANENT, receivers: int = 0, name: str = ""
                   ) -> BlobRef:
+        """Stores ``data`` as a blob of ``scope`` (locally, then in HA when configured) and returns
+        its ref."""
         with self._putting_into(scope):
             digest = self.local.put_bytes(scope, data)
             return self._stored(scope, digest.key, digest.crc32c, digest.size, kind, receivers,
@@ -132,6 +136,7 @@ class BlobDepot:
     # -- serve -------------------------------------------------------------------------------
 
     def ref(self, scope: str, key: BlobKey) -> BlobRef:
+        """The ref of a tracked blob; BlobNotFound when it was never put or is deleted."""
         with self._lock:
             ref = self._refs.get((scope, key))
         if ref is None:
@@ -208,6 +213,8 @@ class BlobDepot:
             self._names[name] = (ref, form)
 
     def resolve(self, name: str) -> tuple[BlobRef, str]:
+        """The ref and scope of the file added as ``name`` (``sc.addFile``); BlobNotFound otherwise.
+        """
         with self._lock:
             found = self._names.get(name)
         if found is None:
@@ -250,24 +257,29 @@ class BlobDepot:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open_scope(self, scope: str) -> None:
+        """Starts tracking the owner scope ``scope``."""
         with self._lock:
             self.ledger.open_scope(scope)
 
     def close_scope(self, scope: str) -> None:
+        """Closes ``scope``; its blobs are deleted once its last job has ended."""
         with self._lock:
             deletions = self.ledger.close_scope(scope)
         self._apply(deletions)
 
     def job_started(self, job_id: int, scope: str, stage_ids: Iterable[int]) -> None:
+        """Records a job of ``scope`` starting: its blobs are kept while it runs."""
         with self._lock:
             self.ledger.job_started(job_id, scope, stage_ids)
 
     def job_ended(self, job_id: int, succeeded: bool) -> None:
+        """Records a job ending and deletes the blobs that nothing needs any more."""
         with self._lock:
             deletions = self.ledger.job_ended(job_id, succeeded)
         self._apply(deletions)
 
     def task_ended(self, task_id: int, succeeded: bool) -> None:
+        """Records a task ending: transient blobs it received lose a reference when it succeeded."""
         with self._lock:
             deletions = self.ledger.task_ended(task_id, succeeded)
         self._apply(deletions)
@@ -419,6 +431,7 @@ class BlobDepot:
     # -- views -------------------------------------------------------------------------------
 
     def refs(self) -> list[BlobRef]:
+        """Every tracked blob's ref, by scope and key."""
         with self._lock:
             return sorted(self._refs.values(), key=lambda r: (r.scope, r.key))
 
@@ -428,6 +441,7 @@ class BlobDepot:
             return len(self._refs), sum(r.size for r in self._refs.values())
 
     def pending_deletions(self) -> int:
+        """How many blob deletions failed and wait to be retried."""
         with self._lock:
             return len(self._failed) + len(self._foreign)
 

@@ -226,6 +226,8 @@ class ExecutorBlobs:
     # -- reads --------------------------------------------------------------------------------
 
     def get(self, ref: BlobRef, *, received: bool = False) -> Path:
+        """The path of a verified host-local copy of ``ref``, fetched once per host and held until
+        the task ends; ``received`` acknowledges a transient blob to the driver."""
         from pyspark import TaskContext
 
         tc = TaskContext.get()
@@ -242,6 +244,7 @@ class ExecutorBlobs:
         return path
 
     def unpacked(self, ref: BlobRef) -> Path:
+        """The directory the archive blob ``ref`` was unpacked into, once per host."""
         archive = self.get(ref)
         return unpack_once(archive, ref.name, self.unpack_root / ref.scope / ref.key.digest)
 

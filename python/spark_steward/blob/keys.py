@@ -45,6 +45,7 @@ class BlobKey:
 
     @property
     def short(self) -> str:
+        """The first 12 hex digits of the digest, for display."""
         return self.digest[:12]
 
 
@@ -61,6 +62,8 @@ class BlobKind(enum.Enum):
 
     @classmethod
     def parse(cls, text: object) -> "BlobKind":
+        """The kind named ``text`` (``"permanent"`` or ``"transient"``); InvalidBlobKey otherwise.
+        """
         for kind in cls:
             if text == kind.value or text is kind:
                 return kind
@@ -110,6 +113,7 @@ class BlobRef:
         return f"{self.scope}/{self.key.short}"
 
     def to_wire(self) -> dict[str, object]:
+        """The ref as a JSON-able dict, for the blob protocol."""
         return {"key": self.key.digest, "scope": self.scope, "kind": self.kind.value,
                 "size": self.size, "crc32c": self.crc32c, "name": self.name}
 

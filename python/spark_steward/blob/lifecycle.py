@@ -394,15 +394,19 @@ class BlobLedger:
             raise ValueError("the application ended: the blob ledger takes no more scopes or blobs")
 
     def count(self, scope: str, key: str) -> int:
+        """The reference count of a blob."""
         return self._refs.count((scope, key))
 
     def is_tracked(self, scope: str, key: str) -> bool:
+        """True while the ledger tracks the blob."""
         return (scope, key) in self._blobs
 
     def is_staged(self, scope: str, key: str) -> bool:
+        """True while the blob waits in staged cleanup."""
         return self._cleanup.is_waiting((scope, key))
 
     def kind_of(self, scope: str, key: str) -> str:
+        """``"transient"`` or ``"permanent"`` for a tracked blob; ValueError otherwise."""
         state = self._blobs.get((scope, key))
         if state is None:
             raise ValueError(f"blob {key!r} in scope {scope!r} is not tracked")
@@ -414,10 +418,13 @@ class BlobLedger:
         return sorted(open_ | self._by_scope.keys())
 
     def blobs(self, scope: str) -> list[str]:
+        """The keys of ``scope``'s tracked blobs, sorted."""
         return sorted(self._by_scope.get(scope, ()))
 
     def running_jobs(self, scope: str) -> int:
+        """How many jobs of ``scope`` are running."""
         return self._running.get(scope, 0)
 
     def is_closed(self, scope: str) -> bool:
+        """True once ``scope`` is closing or closed."""
         return self._scopes.get(scope) in (ScopeState.CLOSING, ScopeState.FINAL)

@@ -116,6 +116,7 @@ class PeerDirectory:
                 self._served.pop(entry, None)
 
     def holders(self, entry: Entry) -> list[str]:
+        """The peer endpoints that announced holding ``entry``."""
         with self._lock:
             return list(self._holders.get(entry, ()))
 

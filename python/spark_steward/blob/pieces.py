@@ -62,6 +62,7 @@ class PiecePlan:
 
     @property
     def count(self) -> int:
+        """How many pieces the blob is split into."""
         return len(self.crcs)
 
     def span(self, index: int) -> tuple[int, int]:
@@ -70,6 +71,7 @@ class PiecePlan:
         return offset, min(self.piece_size, self.size - offset)
 
     def to_wire(self) -> dict[str, Any]:
+        """The plan as a JSON-able dict, for the blob protocol."""
         return {"size": self.size, "piece_size": self.piece_size, "crcs": list(self.crcs)}
 
     @classmethod
@@ -88,10 +90,12 @@ class PiecePlan:
 
 
 def count_of(size: int, piece_size: int) -> int:
+    """How many pieces of ``piece_size`` bytes hold ``size`` bytes."""
     return -(-size // piece_size)
 
 
 def check_geometry(size: int, piece_size: int) -> None:
+    """Refuses (BlobProtocolError) a blob size or piece size out of range."""
     if not 1 <= size <= MAX_BLOB:
         raise BlobProtocolError(f"size {size!r} is out of range 1..{MAX_BLOB}")
     if not MIN_PIECE <= piece_size <= MAX_PIECE:
@@ -121,6 +125,7 @@ class PieceRequest:
 
     @classmethod
     def parse(cls, body: dict[str, Any]) -> "PieceRequest":
+        """The request in a protocol frame, validated; BlobProtocolError when malformed."""
         key = BlobKey.parse(body.get("key"))
         scope = validate_scope_id(body.get("scope"))
         size, piece_size, index = (_int(body, "size"), _int(body, "piece_size"),
@@ -132,10 +137,12 @@ class PieceRequest:
         return cls(key, scope, size, piece_size, index)
 
     def to_wire(self) -> dict[str, Any]:
+        """The request as a protocol frame."""
         return {"op": "piece", "key": self.key.digest, "scope": self.scope, "size": self.size,
                 "piece_size": self.piece_size, "index": self.index}
 
     def span(self) -> tuple[int, int]:
+        """The piece's offset and length in the blob."""
         offset = self.index * self.piece_size
         return offset, min(self.piece_size, self.size - offset)
 
@@ -153,6 +160,7 @@ def parse_pick(body: dict[str, Any]) -> tuple[PieceRequest, frozenset[int]]:
 # -- have-files ------------------------------------------------------------------------------
 
 def have_name(key: BlobKey) -> str:
+    """The file name announcing which pieces of ``key`` this host has."""
     return f".{key.digest}{HAVE_SUFFIX}"
 
 
@@ -190,9 +198,11 @@ def parse_endpoint(text: object) -> str:
 
 
 def endpoint_of(host: str, port: int) -> str:
+    """``host:port`` (IPv6 hosts bracketed), validated."""
     return parse_endpoint(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """The host and port of an endpoint built by :func:`endpoint_of`."""
     host, _, port = endpoint.rpartition(":")
     return host.strip("[]"), int(port)

@@ -290,6 +290,7 @@ class BlobServer:
 
     @property
     def stats(self) -> BlobServerStats:
+        """A snapshot of the server's counters and open connections, for metrics."""
         with self._lock:
             return BlobServerStats(**{**self._counts, "connections_open": len(self._live),
                                       "connections_unauthenticated": len(self._pending)})

@@ -215,6 +215,7 @@ class BlobService(RuntimeService):
         return stack[-1].id if stack else APPLICATION_SCOPE
 
     def open_scope(self, name: str) -> Scope:
+        """Opens a new owner scope named ``name`` on this thread and returns it."""
         validate_scope_name(name)
         assert self.depot is not None and self._runtime is not None
         scope = Scope(self, f"{name}.{next(self._scope_numbers)}", name)
@@ -250,6 +251,8 @@ class BlobService(RuntimeService):
         self.depot.close_scope(scope.id)
 
     def scoped(self, name: str) -> Iterator[Scope]:
+        """Yields an owner scope open on this thread and closes it on exit (what
+        :func:`spark_steward.scope` wraps)."""
         scope = self.open_scope(name)
         try:
             yield scope

@@ -73,6 +73,7 @@ def digest_file(path: str | os.PathLike[str], copy_to: BinaryIO | None = None) -
 
 
 def digest_bytes(data: bytes | bytearray | memoryview) -> Digest:
+    """The SHA-256 key, crc32c and size of ``data``."""
     return Digest(BlobKey(hashlib.sha256(data).hexdigest()), crc32c_update(data), len(data))
 
 
@@ -152,10 +153,12 @@ def check_key(key: BlobKey, size: int, tmp: Path, received: Received | None,
 
 
 def temp_name(target: Path) -> Path:
+    """A fresh hidden temp file name next to ``target``, for an atomic write."""
     return target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:12]}")
 
 
 def discard(path: Path) -> None:
+    """Removes ``path``; nothing there is fine."""
     try:
         path.unlink()
     except FileNotFoundError:
@@ -171,12 +174,15 @@ class LocalBlobStore:
         self.root = Path(root)
 
     def path(self, scope: str, key: BlobKey) -> Path:
+        """Where the blob ``key`` of ``scope`` lives in this store."""
         return self.root / blob_relpath(scope, key)
 
     def scope_dir(self, scope: str) -> Path:
+        """The folder of ``scope``'s blobs."""
         return self.root / validate_scope_id(scope)
 
     def has(self, scope: str, key: BlobKey) -> bool:
+        """True when the store holds the blob as a regular file."""
         return self.path(scope, key).is_file()
 
     def install(self, scope: str, key: BlobKey, expected_size: int,
@@ -217,6 +223,8 @@ class LocalBlobStore:
         return digest
 
     def put_bytes(self, scope: str, data: bytes | bytearray | memoryview) -> Digest:
+        """Writes ``data`` as a blob of ``scope`` (temp file, then atomic rename) and returns its
+        digest."""
         digest = digest_bytes(data)
         target = self.path(scope, digest.key)
         with reporting_full_disk(target.parent, digest.size):
@@ -265,12 +273,15 @@ class LocalBlobStore:
         return None
 
     def delete(self, scope: str, key: BlobKey) -> None:
+        """Removes one blob; a missing one is fine."""
         discard(self.path(scope, key))
 
     def delete_scope(self, scope: str) -> None:
+        """Removes every blob of ``scope``."""
         shutil.rmtree(self.scope_dir(scope), ignore_errors=True)
 
     def delete_all(self) -> None:
+        """Removes the whole store."""
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -289,12 +300,15 @@ class HaBlobStore:
         return self._storage() if callable(self._storage) else self._storage
 
     def rel(self, scope: str, key: BlobKey) -> str:
+        """The storage path of a blob, relative to the storage dir."""
         return f"{self.base}/{blob_relpath(scope, key)}"
 
     def url_of(self, scope: str, key: BlobKey) -> str:
+        """The full storage URL of a blob."""
         return self.storage.url_of(self.rel(scope, key))
 
     def put(self, scope: str, key: BlobKey, local_path: Path) -> None:
+        """Uploads the local copy of a blob to the storage dir."""
         self.storage.upload(self.rel(scope, key), str(local_path))
 
     def download(self, scope: str, key: BlobKey, dest: Path) -> Received:
@@ -315,11 +329,14 @@ class HaBlobStore:
         return Received(crc, size, sha.hexdigest())
 
     def delete(self, scope: str, key: BlobKey) -> None:
+        """Deletes one blob from the storage dir."""
         self.storage.delete(self.rel(scope, key))
 
     def delete_scope(self, scope: str) -> None:
+        """Deletes every blob of ``scope`` from the storage dir."""
         self.storage.delete(f"{self.base}/{validate_scope_id(scope)}")
 
     def delete_all(self) -> None:
+        """Deletes the application's whole blob folder from the storage dir."""
         self.storage.delete(self.base)
 

@@ -71,7 +71,8 @@ class PieceSource(Protocol):
     def abort(self) -> None:
         """Cuts a read in progress off (from another thread): it raises soon after."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Releases the source's connection."""
 
 
 #: Asks the driver for the blob's holders; takes the endpoints to report dropped.

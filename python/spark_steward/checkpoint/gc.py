@@ -84,6 +84,7 @@ class SeriesSpace:
 
     @property
     def amplification(self) -> float:
+        """Physical bytes over live bytes of the series (1.0: no waste)."""
         return Amplification(self.physical_bytes, self.live_bytes).ratio
 
 

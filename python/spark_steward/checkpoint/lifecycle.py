@@ -56,6 +56,7 @@ def validate_series(name: str, *, internal_ok: bool = True) -> str:
 
 
 def spark_series(app_id: str) -> str:
+    """The internal series holding Spark's own checkpoints of application ``app_id``."""
     return SPARK_SERIES_PREFIX + app_id
 
 
@@ -87,13 +88,16 @@ class CheckpointEntry:
 
     @property
     def id(self) -> str:
+        """``series/number``, for messages."""
         return f"{self.series}/{self.number}"
 
     @property
     def key(self) -> tuple[str, int]:
+        """``(series, number)``: the entry's identity."""
         return (self.series, self.number)
 
     def to_json(self) -> dict[str, object]:
+        """The entry as the JSON body of its metadata record."""
         body = {k: v for k, v in self.__dict__.items()}
         body["kind"] = self.kind.value
         body["state"] = self.state.value
@@ -102,6 +106,7 @@ class CheckpointEntry:
 
     @classmethod
     def from_json(cls, body: dict[str, object]) -> "CheckpointEntry":
+        """The entry a metadata record holds (unknown fields ignored)."""
         known = set(cls.__dataclass_fields__)
         values = {k: v for k, v in body.items() if k in known}
         values["kind"] = CheckpointKind(values["kind"])
@@ -114,6 +119,7 @@ class CheckpointEntry:
 
 def pending(series: str, number: int, app_id: str, kind: CheckpointKind, data: str, now: float,
             *, merged: bool = False, reuses: Iterable[str] = ()) -> CheckpointEntry:
+    """A new pending entry: written before any data, so a crash leaves something to clean."""
     return CheckpointEntry(series, number, app_id, kind, CheckpointState.PENDING, data, now,
                            merged=merged, physical=tuple(sorted(set(reuses))))
 
@@ -140,6 +146,7 @@ def mark_for_deletion(entry: CheckpointEntry, reason: str, now: float) -> Checkp
 
 
 def next_number(existing: Iterable[int]) -> int:
+    """The next checkpoint number after ``existing``."""
     return max(existing, default=0) + 1
 
 

@@ -37,14 +37,17 @@ def _name(number: int) -> str:
 
 
 def entry_path(series: str, number: int) -> str:
+    """The storage path of a checkpoint's metadata entry."""
     return f"{ENTRIES}/{validate_series(series)}/{_name(number)}.json"
 
 
 def artifact_path(series: str, number: int) -> str:
+    """The storage path of a checkpoint's artifact (schema and files)."""
     return f"{ARTIFACTS}/{validate_series(series)}/{_name(number)}.json"
 
 
 def data_path(series: str, number: int) -> str:
+    """The storage folder of a checkpoint's data."""
     return f"{DATA}/{validate_series(series)}/{_name(number)}"
 
 
@@ -71,13 +74,17 @@ def is_temporary(name: str) -> bool:
 
 
 class CheckpointMetadata:
+    """Reads and writes checkpoint entries and artifacts as checksummed records in the storage dir.
+    """
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
 
     def write_entry(self, entry: CheckpointEntry) -> None:
+        """Writes ``entry``'s metadata record (replacing the previous one)."""
         self.storage.write_record(entry_path(entry.series, entry.number), entry.to_json())
 
     def read_entry(self, series: str, number: int) -> CheckpointEntry | None:
+        """The entry of ``series``/``number``, or None when it has none."""
         rel = entry_path(series, number)
         try:
             body = self.storage.read_record(rel)
@@ -93,12 +100,15 @@ class CheckpointMetadata:
         return entry
 
     def remove_entry(self, series: str, number: int) -> None:
+        """Deletes a checkpoint's metadata entry."""
         self.storage.delete(entry_path(series, number))
 
     def write_artifact(self, series: str, number: int, body: dict[str, Any]) -> None:
+        """Writes a checkpoint's artifact record."""
         self.storage.write_record(artifact_path(series, number), body)
 
     def read_artifact(self, series: str, number: int) -> dict[str, Any]:
+        """A checkpoint's artifact record; CheckpointCorrupt when it is missing or unreadable."""
         rel = artifact_path(series, number)
         try:
             body = self.storage.read_record(rel)
@@ -114,6 +124,7 @@ class CheckpointMetadata:
         return body
 
     def remove_artifact(self, series: str, number: int) -> None:
+        """Deletes a checkpoint's artifact record."""
         self.storage.delete(artifact_path(series, number))
 
     def series(self) -> list[str]:

@@ -54,6 +54,8 @@ class SparkCheckpointOwner:
         self.active = False
 
     def start(self) -> None:
+        """Installs the hooks that own Spark's checkpoints, when ``checkpoints.transparent`` is on.
+        """
         if not self.runtime.conf.get(CHECKPOINTS_TRANSPARENT):
             return
         hooks.enable_clean_checkpoints(self.runtime.sc)
@@ -84,6 +86,8 @@ class SparkCheckpointOwner:
     # -- hook callbacks --------------------------------------------------------------------------
 
     def checkpoint_dir_set(self, sc: "SparkContext", url: str) -> None:
+        """Hook: ``sc.setCheckpointDir(url)`` was called; the folder is recorded as this
+        application's."""
         if not self._on(sc):
             return
         with self._lock:
@@ -93,12 +97,16 @@ class SparkCheckpointOwner:
                                                data=url)
 
     def before_rdd_checkpoint(self, sc: "SparkContext", rdd_id: int, path: str | None) -> None:
+        """Hook: Spark is about to write RDD ``rdd_id``'s checkpoint at ``path``; registered before
+        any data."""
         if not self._on(sc) or path is None:
             return
         self._register(rdd_id, path, written=False)
 
     def dataframe_checkpointed(self, sc: "SparkContext", rdd_id: int, path: str | None,
                                written: bool, session: "SparkSession | None" = None) -> None:
+        """Hook: a DataFrame was checkpointed into ``path``; registered so it is cleaned with the
+        rest."""
         if not self._on(sc, session) or path is None:
             return
         self._register(rdd_id, path, written=written)

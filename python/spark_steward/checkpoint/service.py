@@ -44,6 +44,7 @@ ARTIFACT_FORMAT = "spark-steward-rows/1"
 
 
 def describe_key(key: CheckpointCleanup) -> str:
+    """A cleanup key as the cleaner's log lines name it."""
     return key.describe() if isinstance(key, OrphanKey) else f"checkpoint {key.describe()}"
 
 
@@ -150,6 +151,7 @@ class CheckpointService(RuntimeService):
     # -- named series ------------------------------------------------------------------------
 
     def require_store(self) -> CheckpointStore:
+        """The running checkpoint store; CheckpointError once spark-steward is detached."""
         if self.store is None:
             raise CheckpointError("the checkpoint store is not running (spark-steward detached)")
         return self.store
@@ -190,6 +192,8 @@ class CheckpointSeries:
         return runtime, runtime.service(CheckpointService)
 
     def retained(self, runtime: "DriverRuntime") -> int:
+        """How many completed checkpoints the series keeps (its own setting or
+        ``checkpoints.retained``)."""
         return self._retained if self._retained is not None else \
             runtime.conf.get(CHECKPOINTS_RETAINED)
 

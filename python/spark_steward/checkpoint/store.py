@@ -55,6 +55,9 @@ def _same_checkpoint(a: CheckpointEntry, b: CheckpointEntry) -> bool:
 
 
 class CheckpointStore:
+    """The checkpoint entries of a storage dir and their repeatable cleanup (FLIP-270): the state
+    machine applied to durable records, failover of dead applications' entries, and the cleaner that
+    retries deletes."""
     def __init__(self, storage: Storage, app_id: str,
                  cleaner: RetryingCleaner[CheckpointCleanup], *,
                  is_dead: Callable[[str], bool], clock: Callable[[], float] = time.time,
@@ -223,6 +226,8 @@ class CheckpointStore:
                                    lambda: self._discard_steps(marked.key))
 
     def subsume(self, series: str, retained: int) -> list[CheckpointEntry]:
+        """Discards the completed checkpoints of ``series`` beyond the newest ``retained`` and
+        returns them."""
         with self._lock:
             doomed = machine.subsumed(self._series_entries(series), retained)
         for entry in doomed:
@@ -324,6 +329,7 @@ class CheckpointStore:
         return target.usage(name)
 
     def data_exists(self, entry: CheckpointEntry) -> bool:
+        """True when every data file or physical file of ``entry`` is still in storage."""
         if entry.merged:
             return all(self.storage.exists(rel) for rel in entry.physical)
         if entry.kind.in_storage:
@@ -374,14 +380,18 @@ class CheckpointStore:
                     self._note_number(series, number)
 
     def entries(self, series: str | None = None) -> list[CheckpointEntry]:
+        """The known entries (of ``series``, or all), in (series, number) order."""
         with self._lock:
             found = [e for e in self._entries.values() if series is None or e.series == series]
         return sorted(found, key=lambda e: e.key)
 
     def completed(self, series: str) -> list[CheckpointEntry]:
+        """The completed entries of ``series``, oldest first."""
         return [e for e in self.entries(series) if e.state is CheckpointState.COMPLETED]
 
     def get_completed(self, series: str, number: int) -> CheckpointEntry:
+        """Completed checkpoint ``number`` of ``series``; CheckpointNotFound naming the known ones
+        otherwise."""
         for entry in self.completed(series):
             if entry.number == number:
                 return entry

@@ -52,6 +52,7 @@ class EventDispatcher:
         return unsubscribe
 
     def dispatch(self, batch: EventBatch) -> None:
+        """Delivers a batch's events not seen yet to every subscriber, in order."""
         with self._lock:
             handlers = list(self._handlers)
         last = self.last_seq

@@ -65,6 +65,7 @@ class TaskEnd(_TaskEvent):
 
     @property
     def succeeded(self) -> bool:
+        """True when the task ended successfully."""
         return self.reason == "success"
 
 

@@ -145,6 +145,7 @@ class ExecutorRuntime:
             self._task_start_hooks.append(hook)
 
     def start_task(self, task_attempt_id: int) -> None:
+        """Runs the capabilities' task-start hooks; a failing hook is logged, not raised."""
         for hook in list(self._task_start_hooks):
             try:
                 hook(task_attempt_id)
@@ -152,6 +153,7 @@ class ExecutorRuntime:
                 log.exception("spark-steward task-start hook %r failed", hook)
 
     def end_task(self, scope: TaskScope) -> None:
+        """Runs the capabilities' task-end hooks; a failing hook is logged, not raised."""
         self.tasks_exited += 1
         for hook in list(self._task_end_hooks):
             try:

@@ -33,6 +33,7 @@ class ExecutorPackageWatch:
         self._lock = threading.Lock()
 
     def on_event(self, event: Any) -> None:
+        """Checks the executors' package after every job."""
         if isinstance(event, JobEnd):
             self.check()
 

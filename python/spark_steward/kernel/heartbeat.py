@@ -20,9 +20,11 @@ class BeatReport(Protocol):
     once the record is written, the metrics (a call into the JVM, which must never delay the
     record that keeps this application from being taken for dead)."""
 
-    def backlog(self) -> CleanupBacklog | None: ...
+    def backlog(self) -> CleanupBacklog | None:
+        """The cleanup backlog to publish with the next heartbeat."""
 
-    def publish(self, backlog: CleanupBacklog | None = None) -> None: ...
+    def publish(self, backlog: CleanupBacklog | None = None) -> None:
+        """Publishes ``backlog`` with the application record."""
 
 
 class ApplicationHeartbeat:
@@ -39,6 +41,7 @@ class ApplicationHeartbeat:
 
     def start(self, app_id: str, app_name: str, *, spark_version: str,
               steward_version: str) -> None:
+        """Writes the application record and starts the thread that refreshes it every interval."""
         self.record = self.registry.new_record(app_id, app_name, spark_version=spark_version,
                                                steward_version=steward_version)
         self.registry.write(self.record)

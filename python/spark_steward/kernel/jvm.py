@@ -78,6 +78,7 @@ class Facade:
         return self._direct is not None
 
     def call(self, method: str, *args: Any) -> Any:
+        """Calls ``method`` of the shim's facade with ``args``."""
         if self._direct is not None:
             return getattr(self._direct, method)(*args)
         jvm: Any = self._gateway.jvm
@@ -444,6 +445,7 @@ class Log4jLoggers:
         self._logger(name).log(jlevel, message)
 
     def close(self) -> None:
+        """Releases the JVM logger handles."""
         release(*self._loggers.values(), *self._levels.values())
         self._loggers.clear()
         self._levels.clear()
@@ -460,6 +462,8 @@ class EventBridgeHandle:
         self.from_plugin = from_plugin
 
     def drain(self, max_events: int, wait_millis: int) -> str:
+        """Up to ``max_events`` buffered Spark events as one payload, waiting up to ``wait_millis``.
+        """
         return str(self._shim.call("drainEvents", self._bridge, max_events, wait_millis))
 
     def flush(self, timeout_millis: int) -> int:
@@ -477,15 +481,19 @@ class SparkJvm:
     # -- facts -----------------------------------------------------------------------------
 
     def conf_pairs(self) -> list[tuple[str, str]]:
+        """The SparkConf as ``(key, value)`` pairs."""
         return [(str(k), str(v)) for k, v in self.sc.getConf().getAll()]
 
     def has_plugin_api(self) -> bool:
+        """True when this Spark has the plugin API the shim needs."""
         return has_class(self.sc, "org.apache.spark.api.plugin.SparkPlugin")
 
     def shim_on_classpath(self) -> bool:
+        """True when the shim jar is on the driver's classpath."""
         return shim_on_classpath(self.sc)
 
     def driver_host(self) -> str:
+        """``spark.driver.host`` (127.0.0.1 when unset)."""
         return str(self.sc.getConf().get("spark.driver.host", "127.0.0.1"))
 
     def driver_bind_address(self) -> str:
@@ -496,6 +504,7 @@ class SparkJvm:
         return str(conf.get("spark.driver.bindAddress", None) or self.driver_host())
 
     def master(self) -> str:
+        """The Spark master URL."""
         return str(self.sc.master)
 
     # -- event bridge ------------------------------------------------------------------------

@@ -47,11 +47,14 @@ class Reporting(Protocol):
     does, with nothing to report by default)."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The service's name in metric names."""
 
-    def metrics(self) -> Mapping[str, int]: ...
+    def metrics(self) -> Mapping[str, int]:
+        """The service's current metric values by name."""
 
-    def cleanup_backlog(self) -> CleanupBacklog | None: ...
+    def cleanup_backlog(self) -> CleanupBacklog | None:
+        """The service's cleanup backlog, or None when it has none."""
 
 
 def backlog_of(services: Iterable[Reporting]) -> CleanupBacklog:

@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 
 class EventPump:
+    """A thread that drains Spark events from the shim in batches and hands them to the dispatcher.
+    """
     def __init__(self, bridge: EventBridgeHandle, dispatcher: EventDispatcher, *,
                  batch_size: int, poll_millis: int) -> None:
         self.bridge = bridge
@@ -31,6 +33,7 @@ class EventPump:
         self.jvm_lost = False
 
     def start(self) -> None:
+        """Starts the draining thread."""
         self._thread.start()
 
     def _drain_once(self, wait_millis: int) -> int:

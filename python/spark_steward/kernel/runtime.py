@@ -195,6 +195,7 @@ class DriverRuntime:
     def start(self) -> None:
         # attach() has sent the spark_steward logs to log4j already, before the runtime was
         # built: what the capabilities log while starting goes where Spark's logs go.
+        """Writes the application record and starts every service in rank order."""
         self.heartbeat.start(self.app_id, self.app_name, spark_version=self.spark_version,
                              steward_version=self.steward_version)
         started: list[RuntimeService] = []
@@ -222,6 +223,7 @@ class DriverRuntime:
                  self.app_id, self.storage.url)
 
     def before_context_stop(self) -> None:
+        """Gives every service its last word before the SparkContext stops; a failure is logged."""
         for service in reversed(self.services):
             try:
                 service.before_context_stop(self)
@@ -258,6 +260,7 @@ class DriverRuntime:
 
     @property
     def stopped(self) -> bool:
+        """True once the runtime has stopped."""
         return self._stopped
 
     # -- decisions ---------------------------------------------------------------------------
@@ -307,6 +310,7 @@ _atexit_registered = False
 
 
 def current_runtime() -> DriverRuntime | None:
+    """The attached, running runtime, or None."""
     runtime = _current
     return runtime if runtime is not None and not runtime.stopped else None
 

@@ -21,11 +21,13 @@ T = TypeVar("T")
 
 
 def is_connect_session(spark: Any) -> bool:
+    """True for a Spark Connect session (no driver-side SparkContext)."""
     cls = type(spark)
     return cls.__module__.startswith("pyspark.sql.connect")
 
 
 def require_classic(spark: Any) -> None:
+    """Refuses (SetupError) a Spark Connect session, saying how to run the job instead."""
     if is_connect_session(spark):
         raise SetupError(
             "spark-steward needs a classic SparkSession with a driver-side SparkContext; this is "

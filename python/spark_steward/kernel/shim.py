@@ -13,6 +13,7 @@ from spark_steward.kernel import shim_build
 log = logging.getLogger(__name__)
 
 def packaged_jar() -> Path:
+    """Where the wheel ships the shim jar."""
     return Path(__file__).resolve().parent.parent / "jars" / shim_build.JAR_NAME
 
 

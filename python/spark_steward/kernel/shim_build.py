@@ -57,6 +57,8 @@ def candidate_jar_dirs() -> list[Path]:
 
 
 def find_spark_jars() -> Path:
+    """The folder of Spark's jars to compile the shim against; the error names every folder looked
+    in."""
     looked = []
     for directory in candidate_jar_dirs():
         looked.append(str(directory))
@@ -87,6 +89,7 @@ def stubs_dir(src_dir: Path) -> Path:
 
 
 def source_digest(src_dir: Path) -> str:
+    """A SHA-256 of the shim's Java sources, naming a build of them."""
     digest = hashlib.sha256()
     for base in (src_dir, stubs_dir(src_dir)):
         for path in sorted(base.rglob("*.java")):

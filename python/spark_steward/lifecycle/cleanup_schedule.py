@@ -77,6 +77,7 @@ class CleanupSchedule(Generic[K]):
         return None
 
     def succeeded(self, key: K) -> None:
+        """Records that ``key`` was deleted: it leaves the schedule."""
         self._tasks.pop(key, None)
 
     def failed(self, key: K, error: str) -> float | None:
@@ -99,6 +100,7 @@ class CleanupSchedule(Generic[K]):
         return delay
 
     def task(self, key: K) -> CleanupTask[K] | None:
+        """The pending task of ``key``, or None."""
         return self._tasks.get(key)
 
     def oldest_submitted_at(self) -> float | None:

@@ -63,6 +63,7 @@ class DriverIdentity:
 
     @property
     def place(self) -> Place:
+        """The host, boot and pid namespace the driver ran in."""
         return Place(self.host, self.boot_id, self.pid_ns)
 
 

@@ -57,6 +57,7 @@ class Pack:
 
     @property
     def sequence(self) -> int:
+        """The pack's sequence number, from its name."""
         return pack_sequence(self.name)
 
 
@@ -68,6 +69,7 @@ class LooseFile:
 
 
 def pack_sequence(name: str) -> int:
+    """The sequence number in a pack file's name; ValueError for another name."""
     match = PACK_NAME.fullmatch(name)
     if match is None:
         raise ValueError(f"{name!r} is not a pack name")
@@ -200,6 +202,7 @@ def shadowed(packs: Iterable[Pack], dead: frozenset[tuple[str, str]] | set[tuple
 
 
 def same(copy: LooseFile, member: Member) -> bool:
+    """True when a loose file is the copy a pack member was made from (same size and mtime)."""
     return copy.size == member.length and copy.mtime_ms == member.mtime_ms
 
 

@@ -62,15 +62,19 @@ class RefCounts(Generic[K]):
         return before > 0
 
     def forget(self, key: K) -> None:
+        """Stops tracking ``key``."""
         self._counts.pop(key, None)
 
     def count(self, key: K) -> int:
+        """``key``'s reference count (0 when untracked)."""
         return self._counts.get(key, 0)
 
     def is_tracked(self, key: K) -> bool:
+        """True while ``key`` is tracked."""
         return key in self._counts
 
     def unreferenced(self) -> Iterator[K]:
+        """The tracked keys with no reference."""
         return (k for k, c in self._counts.items() if c == 0)
 
     def __len__(self) -> int:

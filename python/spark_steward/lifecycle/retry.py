@@ -35,14 +35,18 @@ class RetryStrategy:
     @classmethod
     def exponential(cls, initial: float, maximum: float, retries: int | None = None
                     ) -> "RetryStrategy":
+        """Delays doubling from ``initial`` up to ``maximum``, for ``retries`` attempts (None:
+        forever)."""
         return cls(EXPONENTIAL_DELAY, initial, max(initial, maximum), retries)
 
     @classmethod
     def fixed(cls, delay: float, retries: int | None = None) -> "RetryStrategy":
+        """The same ``delay`` between attempts, for ``retries`` attempts (None: forever)."""
         return cls(FIXED_DELAY, delay, delay, retries)
 
     @classmethod
     def no_retry(cls) -> "RetryStrategy":
+        """One attempt, no retries."""
         return cls(NO_RETRY, 0.0, 0.0, 0)
 
     def delay_after(self, failures: int) -> float | None:
@@ -60,6 +64,7 @@ class RetryStrategy:
         return min(self.max_delay, self.initial_delay * (2 ** exponent))
 
     def describe(self) -> str:
+        """The strategy in words, for log lines and ``status``."""
         tries = "until it succeeds" if self.retries is None else f"{self.retries} retries"
         if self.kind == NO_RETRY:
             return "one attempt, no retries"

@@ -46,6 +46,7 @@ class StagedCleanup(Generic[K]):
         return pending
 
     def is_waiting(self, key: K) -> bool:
+        """True while ``key`` waits in either stage."""
         return key in self._delete_now or key in self._delete_next
 
     def __len__(self) -> int:

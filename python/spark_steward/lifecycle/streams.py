@@ -69,6 +69,7 @@ def _normal_path(path: str) -> str:
 
 
 def valid_query_id(value: object) -> bool:
+    """True when ``value`` is a streaming query id (a UUID string)."""
     return isinstance(value, str) and bool(_QUERY_ID.fullmatch(value))
 
 
@@ -107,6 +108,7 @@ class StreamRecord:
     dropping: float | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The record as the JSON body stored in the storage dir."""
         return {"format": 1, "query_id": self.query_id, "location": self.location,
                 "name": self.name, "app_id": self.app_id, "run_id": self.run_id,
                 "started": self.started, "heartbeat": self.heartbeat, "stopped": self.stopped,
@@ -144,12 +146,15 @@ class StreamRecord:
                    number("stopped", True), text("exception", True), number("dropping", True))
 
     def last_active(self) -> float:
+        """The last time the query was seen running or stopping."""
         return max(self.heartbeat, self.stopped or 0.0, self.started)
 
     def progressed(self, now: float) -> "StreamRecord":
+        """The record with a heartbeat at ``now`` (never earlier than the last one)."""
         return replace(self, heartbeat=max(self.heartbeat, now))
 
     def ended(self, now: float, exception: str | None) -> "StreamRecord":
+        """The record of a run that stopped at ``now``, with the exception that ended it, if any."""
         return replace(self, stopped=now, heartbeat=max(self.heartbeat, now), exception=exception)
 
 

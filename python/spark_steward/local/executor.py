@@ -62,6 +62,7 @@ class ExecutorWorkingDir:
         self._holds[task_id].append(self.work.hold(entry))
 
     def release_task(self, task_id: int) -> None:
+        """Releases the files task ``task_id`` held: they may be evicted again."""
         for lock in self._holds.pop(task_id, []):
             lock.release()
 

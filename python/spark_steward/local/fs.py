@@ -23,7 +23,8 @@ _CREATE = os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 class FileLock(Protocol):
-    def release(self) -> None: ...
+    def release(self) -> None:
+        """Releases the lock."""
 
 
 class LocalFs(Protocol):
@@ -32,16 +33,20 @@ class LocalFs(Protocol):
     def write_new(self, path: Path, chunks: Iterable[bytes]) -> tuple[int, int]:
         """Creates ``path`` (never existing) from ``chunks``, syncs it; ``(crc32c, size)``."""
 
-    def sync_file(self, path: Path) -> None: ...
+    def sync_file(self, path: Path) -> None:
+        """Flushes the file's content to disk."""
 
-    def sync_dir(self, path: Path) -> None: ...
+    def sync_dir(self, path: Path) -> None:
+        """Flushes the folder's entries to disk, so a rename in it survives a crash."""
 
-    def replace(self, src: Path, dst: Path) -> None: ...
+    def replace(self, src: Path, dst: Path) -> None:
+        """Renames ``src`` over ``dst`` atomically."""
 
     def unlink(self, path: Path) -> bool:
         """Removes ``path``; False when it was not there."""
 
-    def read_bytes(self, path: Path) -> bytes: ...
+    def read_bytes(self, path: Path) -> bytes:
+        """The whole content of the file."""
 
     def crc_of(self, path: Path) -> tuple[int, int]:
         """``(crc32c, size)`` of ``path``; FileNotFoundError when it is not there."""
@@ -55,12 +60,14 @@ class LocalFs(Protocol):
     def walk_files(self, path: Path) -> list[Path]:
         """Every file below ``path``."""
 
-    def makedirs(self, path: Path) -> None: ...
+    def makedirs(self, path: Path) -> None:
+        """Creates the folder and its parents, private to this user."""
 
     def touch(self, path: Path) -> float:
         """Creates or stamps ``path`` with now (a use time for LRU); returns the stamp."""
 
-    def mtime(self, path: Path) -> float | None: ...
+    def mtime(self, path: Path) -> float | None:
+        """The file's modification time, or None when it is not there."""
 
     def lock(self, path: Path, *, exclusive: bool, wait: bool) -> FileLock | None:
         """A lock on ``path`` (created when missing), None when ``wait`` is False and another
@@ -83,6 +90,8 @@ class OsFs:
     """The real disk: ``fsync``, ``rename`` and ``flock`` of this host."""
 
     def write_new(self, path: Path, chunks: Iterable[bytes]) -> tuple[int, int]:
+        """Writes ``chunks`` to a new private file (refused if it exists) and returns its crc32c and
+        size."""
         crc = size = 0
         fd = os.open(path, _CREATE | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE)
         try:
@@ -97,6 +106,7 @@ class OsFs:
         return crc, size
 
     def sync_file(self, path: Path) -> None:
+        """Flushes the file's content to disk (fsync)."""
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -104,6 +114,7 @@ class OsFs:
             os.close(fd)
 
     def sync_dir(self, path: Path) -> None:
+        """Flushes the folder's entries to disk; a missing folder is fine."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         except FileNotFoundError:
@@ -117,9 +128,11 @@ class OsFs:
             os.close(fd)
 
     def replace(self, src: Path, dst: Path) -> None:
+        """Renames ``src`` over ``dst`` atomically (``os.replace``)."""
         os.replace(src, dst)
 
     def unlink(self, path: Path) -> bool:
+        """Removes the file; returns whether it was there."""
         try:
             os.unlink(path)
             return True
@@ -127,12 +140,16 @@ class OsFs:
             return False
 
     def read_bytes(self, path: Path) -> bytes:
+        """The whole content of the file."""
         return Path(path).read_bytes()
 
     def crc_of(self, path: Path) -> tuple[int, int]:
+        """The file's crc32c and size."""
         return crc_of_file(path)
 
     def identity(self, path: Path) -> tuple[int, int, int] | None:
+        """The file's inode, mtime (ns) and size, or None: tells a replaced file from the one
+        recorded."""
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -140,21 +157,25 @@ class OsFs:
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def list_dir(self, path: Path) -> list[str]:
+        """The folder's entry names, sorted; empty when it is not a folder."""
         try:
             return sorted(os.listdir(path))
         except (FileNotFoundError, NotADirectoryError):
             return []
 
     def walk_files(self, path: Path) -> list[Path]:
+        """Every file under ``path``."""
         found: list[Path] = []
         for folder, _, names in os.walk(path):
             found.extend(Path(folder) / name for name in names)
         return found
 
     def makedirs(self, path: Path) -> None:
+        """Creates the folder and its parents, private to this user."""
         make_dirs(path)
 
     def touch(self, path: Path) -> float:
+        """Creates the file if needed, sets its mtime to now and returns it."""
         fd = os.open(path, _CREATE | os.O_WRONLY, PRIVATE_FILE_MODE)
         try:
             os.utime(fd)
@@ -163,12 +184,15 @@ class OsFs:
             os.close(fd)
 
     def mtime(self, path: Path) -> float | None:
+        """The file's modification time, or None when it is not there."""
         try:
             return os.stat(path).st_mtime
         except FileNotFoundError:
             return None
 
     def lock(self, path: Path, *, exclusive: bool, wait: bool) -> FileLock | None:
+        """An flock on ``path`` (shared or exclusive); without ``wait``, None when another holder
+        has it."""
         mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB)
         while True:
             fd = os.open(path, _CREATE | os.O_RDWR, PRIVATE_FILE_MODE)

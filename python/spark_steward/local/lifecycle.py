@@ -43,12 +43,14 @@ class LocalFileRecord:
     """How the owner hands the value out: ``file`` (a path) or ``bytes``."""
 
     def to_json(self) -> dict[str, Any]:
+        """The record as the JSON body of the working dir's manifest."""
         body = asdict(self)
         body["state"] = self.state.value
         return body
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> "LocalFileRecord":
+        """The record a manifest JSON body holds."""
         return cls(entry=str(body["entry"]), file=str(body["file"]), app_id=str(body["app_id"]),
                    capability=str(body["capability"]), scope=str(body["scope"]),
                    size=int(body["size"]), crc32c=int(body["crc32c"]),

@@ -78,6 +78,7 @@ class WorkingDir:
     # -- names -------------------------------------------------------------------------------
 
     def path_of(self, rel: str) -> Path:
+        """The absolute path of ``rel`` inside the working dir."""
         return self.root / PurePosixPath(rel)
 
     def _sidecar(self, entry: str, kind: str) -> Path:
@@ -88,9 +89,11 @@ class WorkingDir:
         return self.root / MANIFEST / f"{quote(entry, safe='')}.{suffix}"
 
     def use_lock_path(self, entry: str) -> Path:
+        """The lock file readers of ``entry`` hold shared while they use it."""
         return self._sidecar(entry, "use")
 
     def write_lock_path(self, entry: str) -> Path:
+        """The lock file a writer of ``entry`` holds exclusively."""
         return self._sidecar(entry, "write")
 
     # -- locks -------------------------------------------------------------------------------

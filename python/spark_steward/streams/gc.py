@@ -16,6 +16,8 @@ from spark_steward.streams.store import StreamStore
 
 def collect_streams(store: StreamStore, *, dry_run: bool,
                     progress: Progress | None = None) -> GcReport:
+    """``spark-steward gc`` for streaming locations: finishes recorded drops, retries failed deletes
+    and sweeps temp files of locations no run holds; ``dry_run`` only reports."""
     report = GcReport(dry_run=dry_run)
     statuses = store.statuses(survey=True)
     for done, status in enumerate(statuses, 1):

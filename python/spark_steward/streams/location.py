@@ -61,6 +61,7 @@ class Survey:
 
 
 class Location:
+    """One streaming checkpoint location (a Hadoop URL) opened through fsspec."""
     def __init__(self, location: str, options: dict[str, Any] | None = None) -> None:
         self.location = location
         try:
@@ -69,6 +70,7 @@ class Location:
             raise StreamError(f"streaming checkpoint location {location}: {exc}") from exc
 
     def exists(self) -> bool:
+        """True when the location's folder exists."""
         return self.storage.exists("")
 
     def survey(self, *, now: float, query_active: bool, horizon: float) -> Survey:
@@ -108,6 +110,7 @@ class Location:
         return gone
 
     def pending_intents(self) -> list[str]:
+        """The names of the recorded deletes that failed and wait to be retried."""
         return [n for n in self.storage.list_names(INTENTS_FOLDER)
                 if n.endswith(".json") and not n.startswith(".")]
 

@@ -45,6 +45,7 @@ def lines(data: bytes) -> list[str]:
 
 
 def crc32c(data: bytes) -> int:
+    """The crc32c of ``data``."""
     return _crc32c.crc32c(data)
 
 
@@ -110,12 +111,14 @@ class PackState:
 
     @property
     def dead(self) -> set[tuple[str, str]]:
+        """Every ``(pack, member)`` no longer live: in the catalog or in a tombstone."""
         out = set(self.catalog_dead)
         for marks in self.tombstones.values():
             out |= marks
         return out
 
     def live(self) -> dict[str, Member]:
+        """The live members by file name."""
         return live_members(self.packs, self.dead)
 
     def forwarded_dead(self) -> set[tuple[str, str]]:
@@ -150,9 +153,11 @@ class Packs:
         return sorted(n for n in names if PACK_NAME.fullmatch(n))
 
     def has_packs(self) -> bool:
+        """True when the location has any pack."""
         return bool(self.pack_names())
 
     def index(self, name: str) -> Pack:
+        """The index of pack ``name`` (read once, then cached)."""
         cached = self._indexes.get(name)
         if cached is not None:
             return cached
@@ -235,6 +240,7 @@ class Packs:
         return None if len(data) > limit else bytes(data)
 
     def member_bytes(self, member: Member) -> bytes:
+        """A member's bytes, read from its pack and checked against its crc32c."""
         rel = f"{PACKS_FOLDER}/{member.pack}"
         with self.storage.open_read(rel) as handle:
             handle.seek(member.offset)
@@ -246,6 +252,7 @@ class Packs:
 
     def write_catalog(self, dead: set[tuple[str, str]], settled: set[str],
                       moved: dict[str, set[str]] | None = None) -> None:
+        """Writes the catalog (dead members, settled and moved packs) atomically."""
         out = [f"settled\t{name}\n" for name in sorted(settled)]
         out += [f"moved\t{source}\t{target}\n" for source in sorted(moved or {})
                 for target in sorted((moved or {})[source])]
@@ -257,13 +264,16 @@ class Packs:
         self.storage.write_atomic(CATALOG, body)
 
     def write_pack(self, name: str, data: bytes) -> None:
+        """Writes pack ``name`` atomically."""
         self.storage.write_atomic(f"{PACKS_FOLDER}/{name}", data)
 
     def delete_pack(self, name: str) -> None:
+        """Deletes pack ``name`` and forgets its index."""
         self.storage.delete(f"{PACKS_FOLDER}/{name}")
         self._indexes.pop(name, None)
 
     def delete_tombstones(self, names: Iterable[str]) -> None:
+        """Deletes the tombstone files ``names``."""
         for name in names:
             self.storage.delete(f"{TOMBSTONES_FOLDER}/{name}")
 

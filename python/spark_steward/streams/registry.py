@@ -19,19 +19,23 @@ FOLDER = "streams"
 
 
 class StreamRegistry:
+    """The records of streaming checkpoint locations in the storage dir, one file per query id."""
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
 
     @staticmethod
     def record_path(query_id: str) -> str:
+        """The storage path of a query's record; StreamError for a malformed id."""
         if not valid_query_id(query_id):
             raise StreamError(f"{query_id!r} is not a streaming query id")
         return f"{FOLDER}/{query_id}.json"
 
     def write(self, record: StreamRecord) -> None:
+        """Writes ``record`` (replacing the previous one)."""
         self.storage.write_record(self.record_path(record.query_id), record.to_json())
 
     def read(self, query_id: str) -> StreamRecord | None:
+        """The record of ``query_id``, or None."""
         path = self.record_path(query_id)
         if not self.storage.exists(path):
             return None
@@ -60,6 +64,7 @@ class StreamRegistry:
                 yield record
 
     def remove(self, query_id: str) -> None:
+        """Deletes the record of ``query_id``."""
         self.storage.delete(self.record_path(query_id))
 
     def find(self, name_or_location: str) -> StreamRecord:

@@ -59,6 +59,7 @@ Key = tuple[str, str]
 
 
 def describe_key(key: Key) -> str:
+    """A cleanup key as the cleaner's log lines name it."""
     return f"{key[0]} of streaming query {key[1]}"
 
 
@@ -92,6 +93,7 @@ class StreamService(RuntimeService):
 
     @property
     def runtime(self) -> "DriverRuntime | None":
+        """The runtime this service started in (None before start)."""
         return self._runtime
 
     def start(self, runtime: "DriverRuntime") -> None:

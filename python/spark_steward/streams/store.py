@@ -39,6 +39,7 @@ class StreamStatus:
     problem: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The status as a JSON-able dict, for ``streams ls --json``."""
         r = self.record
         body: dict[str, Any] = {"query_id": r.query_id, "name": r.name, "location": r.location,
                                 "state": self.state.value, "app_id": r.app_id,
@@ -74,6 +75,8 @@ class UnpackResult:
 
 
 class StreamStore:
+    """Every recorded streaming checkpoint location of a storage dir: their states, and safe drops
+    and unpacks, with or without Spark."""
     def __init__(self, registry: ApplicationRegistry, *, abandoned_after: float,
                  drop_grace: float, temp_horizon: float,
                  options: dict[str, Any] | None = None,
@@ -87,6 +90,7 @@ class StreamStore:
         self.clock = clock
 
     def location(self, record: StreamRecord) -> Location:
+        """The location of ``record``, opened."""
         return Location(normal_location(record.location), self.options)
 
     def _liveness(self, record: StreamRecord, this_app: str | None) -> str:
@@ -138,6 +142,8 @@ class StreamStore:
 
     def status(self, record: StreamRecord, *, this_app: str | None = None,
                survey: bool = False) -> StreamStatus:
+        """The state of ``record``'s location (running, stopped, abandoned, dropping); with
+        ``survey`` also its files."""
         liveness = self._liveness(record, this_app)
         now = self.clock()
         state = state_of(record, now=now, app_dead=is_collectable(liveness),
@@ -153,6 +159,7 @@ class StreamStore:
         return StreamStatus(record, state, liveness, found)
 
     def statuses(self, *, this_app: str | None = None, survey: bool = False) -> list[StreamStatus]:
+        """The status of every recorded location, by query name and location."""
         return [self.status(r, this_app=this_app, survey=survey)
                 for r in sorted(self.records.all(), key=lambda r: (r.name or "", r.location))]
 
@@ -213,6 +220,7 @@ class StreamStore:
         return DropResult(record.query_id, record.location, files, size)
 
     def drop(self, name_or_location: str, *, this_app: str | None = None) -> DropResult:
+        """Removes a location and its record once safe (see :func:`spark_steward.streams.drop`)."""
         return self.finish_drop(self.begin_drop(name_or_location, this_app=this_app))
 
     def unpack(self, name_or_location: str, *, this_app: str | None = None) -> UnpackResult:

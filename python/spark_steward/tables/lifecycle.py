@@ -62,9 +62,11 @@ class TableEntry:
 
     @property
     def id(self) -> str:
+        """``key/attempt``, for messages."""
         return f"{self.key}/{self.attempt}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The entry as the JSON body of its metadata record."""
         body = {f.name: getattr(self, f.name) for f in fields(self)}
         body["state"] = self.state.value
         return body
@@ -83,6 +85,7 @@ class TableEntry:
 
 def pending(key: str, *, shared: bool, app_id: str, attempt: str, now: float,
             description: str = "") -> TableEntry:
+    """A new pending entry: written before any data, so a crash leaves something to clean."""
     return TableEntry(validate_key(key), TableState.PENDING, shared, app_id,
                       validate_attempt(attempt), now, description)
 
@@ -161,6 +164,7 @@ def validate_key(key: str) -> str:
 
 
 def validate_attempt(attempt: str) -> str:
+    """``attempt`` when it is 1-64 lower-case letters or digits; InvalidTableKey otherwise."""
     if not isinstance(attempt, str) or not _ATTEMPT.fullmatch(attempt):
         raise InvalidTableKey(f"cached table attempt {attempt!r} is not valid: expected 1-64 "
                               "lower-case letters or digits")

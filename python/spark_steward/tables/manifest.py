@@ -34,10 +34,12 @@ class ManifestFile:
     modified: float | None
 
     def to_dict(self) -> dict[str, Any]:
+        """The file as a JSON-able dict."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any]) -> "ManifestFile":
+        """The file a JSON dict describes."""
         return cls(str(body["name"]), int(body["size"]), int(body["rows"]),
                    str(body["crc32c"]),
                    None if body.get("modified") is None else float(body["modified"]))
@@ -54,18 +56,22 @@ class Manifest:
 
     @property
     def rows(self) -> int:
+        """The table's rows, summed over its files."""
         return sum(f.rows for f in self.files)
 
     @property
     def bytes(self) -> int:
+        """The table's bytes, summed over its files."""
         return sum(f.size for f in self.files)
 
     def to_dict(self) -> dict[str, Any]:
+        """The manifest as the JSON body stored in the storage dir."""
         return {"format": FORMAT, "key": self.key, "attempt": self.attempt,
                 "schema_json": self.schema_json, "files": [f.to_dict() for f in self.files]}
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any]) -> "Manifest":
+        """The manifest a JSON body holds; ValueError for an unknown format."""
         if body.get("format") != FORMAT:
             raise ValueError(f"unknown manifest format {body.get('format')!r}")
         return cls(str(body["key"]), str(body["attempt"]),

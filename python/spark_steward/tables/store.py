@@ -58,18 +58,22 @@ _TEMPORARY = re.compile(r".+\.tmp-[0-9a-f]{32}")
 
 
 def entry_path(key: str) -> str:
+    """The storage path of a cached table's metadata entry."""
     return f"{ENTRIES}/{validate_key(key)}.json"
 
 
 def manifest_path(key: str) -> str:
+    """The storage path of a cached table's manifest."""
     return f"{MANIFESTS}/{validate_key(key)}.json"
 
 
 def data_path(key: str, attempt: str) -> str:
+    """The storage folder of one materialization attempt's files."""
     return f"{DATA}/{validate_key(key)}/{machine.validate_attempt(attempt)}"
 
 
 def user_path(key: str, app_id: str) -> str:
+    """The storage path marking ``app_id`` as a user of a shared table."""
     return f"{USERS}/{validate_key(key)}/{validate_app_id(app_id)}"
 
 
@@ -92,6 +96,8 @@ def _is_key(name: str) -> bool:
 
 
 class TableStore:
+    """The cached tables of a storage dir: entries, manifests, users of shared tables, and their
+    cleanup with retries."""
     def __init__(self, storage: Storage, app_id: str, cleaner: RetryingCleaner[TableCleanup], *,
                  is_dead: Callable[[str], bool], clock: Callable[[], float] = time.time,
                  shared_retention: float = 0.0) -> None:
@@ -133,6 +139,7 @@ class TableStore:
         return entry
 
     def read_manifest(self, key: str) -> Manifest | None:
+        """The manifest of table ``key``, or None."""
         return self._read(manifest_path(key), Manifest.from_dict, "manifest")
 
     def load(self) -> tuple[list[TableEntry], list[str]]:
@@ -233,6 +240,7 @@ class TableStore:
                                   {"app_id": self.app_id, "since": self.clock()})
 
     def remove_user(self, key: str) -> None:
+        """Removes this application from the users of shared table ``key``."""
         self.storage.delete(user_path(key, self.app_id))
 
     def users(self, key: str) -> set[str]:

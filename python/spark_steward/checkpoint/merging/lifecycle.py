@@ -44,13 +44,16 @@ class Segment:
 
     @property
     def end(self) -> int:
+        """The offset just past the segment in its physical file."""
         return self.offset + self.length
 
     def to_json(self) -> dict[str, object]:
+        """The segment as a JSON-able dict."""
         return dict(self.__dict__)
 
     @classmethod
     def from_json(cls, body: Mapping[str, object]) -> "Segment":
+        """The segment a JSON dict describes."""
         def number(name: str) -> int:
             return int(str(body[name]))
 
@@ -65,6 +68,7 @@ def creator_folder(file: str) -> str:
 
 
 def is_live(entry: CheckpointEntry) -> bool:
+    """True when ``entry``'s segments still count (it is not being discarded)."""
     return entry.state is not CheckpointState.DISCARDING
 
 
@@ -109,6 +113,7 @@ class Amplification:
 
     @property
     def ratio(self) -> float:
+        """Physical bytes over live bytes (1.0 when nothing is stored; inf when nothing is live)."""
         if self.live_bytes <= 0:
             return 1.0 if self.physical_bytes <= 0 else float("inf")
         return self.physical_bytes / self.live_bytes
