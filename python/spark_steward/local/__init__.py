@@ -5,9 +5,10 @@ key-value stores for tasks.
 that host (:class:`~spark_steward.local.stores.LocalState`).
 
 ``lifecycle`` (the pure file records and recovery decisions), ``fs``/``working_dir`` (the
-durable manifest and its IO), ``stores`` (``LocalState``), ``executor`` (one working dir per
-process, inside tasks), ``service`` (the driver service: dead applications' folders swept at
-attach, this one's removed at stop) and ``gc`` (``spark-steward gc --local-dir``).
+durable manifest and its IO), ``space`` (a full disk reported as ``LocalDiskFull``), ``stores``
+(``LocalState``), ``executor`` (one working dir per process, inside tasks), ``service`` (the
+driver service: dead applications' folders swept at attach, this one's removed at stop) and
+``gc`` (``spark-steward gc --local-dir``).
 """
 
 from __future__ import annotations
