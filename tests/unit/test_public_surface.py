@@ -1,5 +1,6 @@
 """``import spark_steward`` reaches every public call and module, and stays cheap: the
-capabilities, the kernel and pyspark are imported only when first used."""
+capabilities, the kernel and pyspark are imported only when first used. The public surface
+speaks one vocabulary, documents every name, and keeps its errors in ``spark_steward.errors``."""
 
 from __future__ import annotations
 
