@@ -247,3 +247,13 @@ def test_a_module_loaded_from_a_zip_archive_is_identified_by_its_content(tmp_pat
             sys.path.pop(0)
             sys.modules.pop("ci_zipped", None)
     assert digests[0] != digests[1] and all(d[0].startswith("module ci_zipped ") for d in digests)
+
+
+def test_the_shims_framed_answer_is_split_back_into_its_items() -> None:
+    from spark_steward.tables.code_identity import unframe
+
+    items = ["ok", "a\nb\n\n", "", "path/with/😀/and/é", "3=ab"]
+    framed = f"{len(items)}\n" + "".join(f"{len(i)}\n{i}" for i in items)
+    assert unframe(framed) == items
+    with pytest.raises(ValueError):
+        unframe(framed + "x")

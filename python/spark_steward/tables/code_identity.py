@@ -409,6 +409,21 @@ def python_identity(commands: list[tuple[bytes, Mapping[int, str]]],
     return "\n".join(lines)
 
 
+def unframe(text: str) -> list[str]:
+    """The items of the shim's framed answer: "count\\n", then "length\\nitem" for each."""
+    head, _, rest = text.partition("\n")
+    items: list[str] = []
+    pos = 0
+    for _ in range(int(head)):
+        newline = rest.index("\n", pos)
+        size = int(rest[pos:newline])
+        items.append(rest[newline + 1:newline + 1 + size])
+        pos = newline + 1 + size
+    if pos != len(rest):
+        raise ValueError(f"the shim's answer has {len(rest) - pos} characters past its items")
+    return items
+
+
 def parse_broadcasts(text: str) -> dict[int, str]:
     """``"3=ab12..,5="`` (the shim's list of a function's broadcasts) as {3: "ab12..", 5: ""}."""
     out: dict[int, str] = {}

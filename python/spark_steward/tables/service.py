@@ -13,6 +13,7 @@ materialized again, a table that does not fit ``cache.max-bytes`` is used uncach
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 import threading
@@ -32,7 +33,7 @@ from spark_steward.kernel import jvm
 from spark_steward.kernel.runtime import RuntimeService
 from spark_steward.kernel.session import session_value
 from spark_steward.lifecycle.lru import CacheUsage, choose_evictions
-from spark_steward.tables.code_identity import parse_broadcasts, python_identity
+from spark_steward.tables.code_identity import parse_broadcasts, python_identity, unframe
 from spark_steward.tables.lifecycle import TableEntry, private_key, shared_key
 from spark_steward.tables.manifest import Manifest, build_manifest, find_problem
 from spark_steward.tables.replicas import read_url
@@ -418,14 +419,14 @@ class TableService(RuntimeService):
         """(the text that identifies what decides ``record``'s rows, "") or (None, why it
         cannot be had): the shim's part (plan, schema, options, SQL settings, input files)
         and the code of every Python function in the plan (:mod:`.code_identity`)."""
-        answer = list(self._facade().call("sharedTableIdentity",
-                                          jvm.dataframe_handle(record.source)))
-        if str(answer[0]) != "ok":
-            return None, str(answer[1])
+        answer = unframe(bytes(self._facade().call(
+            "sharedTableIdentity", jvm.dataframe_handle(record.source))).decode("utf-8"))
+        if answer[0] != "ok":
+            return None, answer[1]
         runtime = self._require_runtime()
         context = (jvm.broadcast_id(runtime.context_broadcast) if runtime.context_broadcast
                    else None)
-        commands = [(bytes(answer[i]), parse_broadcasts(str(answer[i + 1])))
+        commands = [(base64.b64decode(answer[i]), parse_broadcasts(answer[i + 1]))
                     for i in range(2, len(answer), 2)]
         try:
             code = python_identity(commands, context) if commands else ""

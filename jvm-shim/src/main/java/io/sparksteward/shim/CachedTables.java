@@ -125,7 +125,7 @@ final class CachedTables {
    * The identity of {@code ds}'s plan, with cached-table markers replaced by their sources, for
    * caches shared across applications: see {@link TableIdentity#of}.
    */
-  public static List<Object> sharedIdentity(Dataset<Row> ds) throws IOException {
+  public static String sharedIdentity(Dataset<Row> ds) throws IOException {
     return TableIdentity.of(ds, inlineMarkers(ds.queryExecution().analyzed()));
   }
 

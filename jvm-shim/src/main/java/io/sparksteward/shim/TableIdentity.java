@@ -2,19 +2,24 @@ package io.sparksteward.shim;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
+import java.nio.file.attribute.FileTime;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Base64;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.TimeZone;
 import java.util.TreeMap;
+import java.util.function.Supplier;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileChecksum;
@@ -41,6 +46,9 @@ import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.internal.SQLConf$;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 import scala.Tuple2;
 import scala.runtime.AbstractFunction0;
 
@@ -54,6 +62,7 @@ import scala.runtime.AbstractFunction0;
  * by reference). A plan whose rows it cannot pin down gets a reason instead, and is not shared.
  */
 final class TableIdentity {
+  private static final Logger LOG = LoggerFactory.getLogger(TableIdentity.class);
   /** Input files without an identity a same-size rewrite cannot fool are hashed up to this. */
   static final long HASH_LIMIT_BYTES = 64L << 20;
 
@@ -77,30 +86,39 @@ final class TableIdentity {
       "spark.sql.warehouse.dir", "spark.sql.debug.maxToStringFields",
       "spark.sql.maxPlanStringLength", "spark.sql.maxMetadataStringLength"));
 
-  private final Configuration hadoopConf;
+  /** The session's Hadoop configuration, made only for files outside the local file system. */
+  private final Supplier<Configuration> hadoopConf;
+  private final Map<String, FileSystem> fileSystems = new HashMap<>();
   private final List<String> parts = new ArrayList<>();
-  /** Per Python function: its pickled command, then "id=sha256,..." of its broadcasts. */
-  private final List<Object> python = new ArrayList<>();
+  /** Per Python function: its pickled command in base64, then "id=sha256,..." of its broadcasts. */
+  private final List<String> python = new ArrayList<>();
   private long hashedBytes;
   private String problem;
 
-  private TableIdentity(Configuration hadoopConf) {
+  private TableIdentity(Supplier<Configuration> hadoopConf) {
     this.hadoopConf = hadoopConf;
   }
 
   /**
-   * ["ok", text, command, broadcasts, command, broadcasts, ...] for a plan that can be shared
-   * ({@code plan} with cached-table markers already inlined), or ["unsupported", reason].
+   * ["ok", SHA-256 of the text, command, broadcasts, ...] for a plan that can be shared
+   * ({@code plan} with cached-table markers already inlined), or ["unsupported", reason], framed
+   * by {@link #frame} (one string crosses py4j: a list's elements cost a round trip each).
    */
-  static List<Object> of(Dataset<Row> ds, LogicalPlan plan) throws IOException {
+  static String of(Dataset<Row> ds, LogicalPlan plan) throws IOException {
     SQLConf conf = ds.sparkSession().sessionState().conf();
-    TableIdentity identity = new TableIdentity(ds.sparkSession().sessionState().newHadoopConf());
+    Configuration[] made = new Configuration[1];
+    TableIdentity identity = new TableIdentity(() -> {
+      if (made[0] == null) {
+        made[0] = ds.sparkSession().sessionState().newHadoopConf();
+      }
+      return made[0];
+    });
     identity.visit(plan);
-    List<Object> out = new ArrayList<>();
+    List<String> out = new ArrayList<>();
     if (identity.problem != null) {
       out.add("unsupported");
       out.add(identity.problem);
-      return out;
+      return frame(out);
     }
     Collections.sort(identity.parts);
     StringBuilder text = new StringBuilder();
@@ -112,9 +130,25 @@ final class TableIdentity {
     text.append(untruncatedTree(conf, plan.canonicalized())).append('\n');
     text.append(String.join("\n", identity.parts));
     out.add("ok");
-    out.add(text.toString());
+    // its digest, not the text (~10 KB with 50 files): py4j's answers past 8 KB wait out a
+    // delayed ACK (about 40 ms); the text itself is logged at DEBUG
+    if (LOG.isDebugEnabled()) {
+      LOG.debug("shared table identity:\n" + text);
+    }
+    MessageDigest digest = sha256();
+    digest.update(text.toString().getBytes(StandardCharsets.UTF_8));
+    out.add(SparkCompat.hex(digest.digest()));
     out.addAll(identity.python);
-    return out;
+    return frame(out);
+  }
+
+  /** "count\n" then "length\nitem" for each item, lengths in code points (as Python counts). */
+  static String frame(List<String> items) {
+    StringBuilder out = new StringBuilder().append(items.size()).append('\n');
+    for (String item : items) {
+      out.append(item.codePointCount(0, item.length())).append('\n').append(item);
+    }
+    return out.toString();
   }
 
   /**
@@ -226,54 +260,69 @@ final class TableIdentity {
         + " buckets=" + fs.bucketSpec());
     for (String file : fs.location().inputFiles()) {
       Path path = new Path(file);
-      FileSystem fileSystem = path.getFileSystem(hadoopConf);
-      FileStatus status = fileSystem.getFileStatus(path);
-      String strong = fileIdentity(fileSystem, path, status);
-      if (strong == null) {
+      String identity = "file".equals(path.toUri().getScheme()) ? localFile(path) : null;
+      if (identity == null) {
+        identity = hadoopFile(path);
+      }
+      if (identity == null) {
         return;
       }
-      parts.add("file " + file + " " + status.getLen() + " " + status.getModificationTime() + " "
-          + strong);
+      parts.add("file " + file + " " + identity);
     }
   }
 
   /**
-   * What tells a rewrite of {@code path} from the file read before, beyond size and time (which
-   * {@code cp -p} and {@code rsync -t} keep): on a local file system the inode's device, number
-   * and change time (set by every write, never by a user); on an object store its ETag; on HDFS
-   * its checksum; elsewhere a SHA-256 of the content, within {@link #HASH_LIMIT_BYTES} for the
+   * Size, modification time and what tells a rewrite from the file read before even when it kept
+   * both ({@code cp -p}, {@code rsync -t}): the inode's device, number and change time, which
+   * every write sets and no user can. One stat call, without Hadoop's file system (about 1 ms a
+   * file through it). Null where the file system has no POSIX attributes.
+   */
+  private static String localFile(Path path) throws IOException {
+    Map<String, Object> unix;
+    try {
+      unix = Files.readAttributes(Paths.get(path.toUri()),
+          "unix:size,lastModifiedTime,dev,ino,ctime");
+    } catch (UnsupportedOperationException | IllegalArgumentException e) {
+      return null;
+    }
+    return unix.get("size") + " " + ((FileTime) unix.get("lastModifiedTime")).toMillis()
+        + " inode " + unix.get("dev") + ":" + unix.get("ino") + " ctime "
+        + ((FileTime) unix.get("ctime")).toInstant();
+  }
+
+  /**
+   * Size, modification time and, beyond them, an object store's ETag, else the file system's
+   * checksum (HDFS), else a SHA-256 of the content within {@link #HASH_LIMIT_BYTES} for the
    * plan. Null, with {@link #problem} set, when none of these can be had.
    */
-  private String fileIdentity(FileSystem fileSystem, Path path, FileStatus status)
-      throws IOException {
-    if ("file".equals(fileSystem.getUri().getScheme())) {
-      try {
-        Map<String, Object> unix = Files.readAttributes(Paths.get(path.toUri()),
-            "unix:dev,ino,ctime");
-        return "inode " + unix.get("dev") + ":" + unix.get("ino") + " ctime "
-            + ((java.nio.file.attribute.FileTime) unix.get("ctime")).toInstant();
-      } catch (UnsupportedOperationException | IllegalArgumentException e) {
-        // not a POSIX file system: hash the content below
-      }
+  private String hadoopFile(Path path) throws IOException {
+    URI uri = path.toUri();
+    String root = uri.getScheme() + "://" + (uri.getAuthority() == null ? "" : uri.getAuthority());
+    FileSystem fileSystem = fileSystems.get(root);
+    if (fileSystem == null) {
+      fileSystem = path.getFileSystem(hadoopConf.get());
+      fileSystems.put(root, fileSystem);
     }
+    FileStatus status = fileSystem.getFileStatus(path);
+    String known = status.getLen() + " " + status.getModificationTime() + " ";
     if (status instanceof org.apache.hadoop.fs.EtagSource) {
       String etag = ((org.apache.hadoop.fs.EtagSource) status).getEtag();
       if (etag != null && !etag.isEmpty()) {
-        return "etag " + etag;
+        return known + "etag " + etag;
       }
     }
     if (!"file".equals(fileSystem.getUri().getScheme())) {
       FileChecksum checksum = fileSystem.getFileChecksum(path);
       if (checksum != null) {
-        return "checksum " + checksum.getAlgorithmName() + " "
+        return known + "checksum " + checksum.getAlgorithmName() + " "
             + SparkCompat.hex(checksum.getBytes());
       }
     }
     hashedBytes += status.getLen();
     if (hashedBytes > HASH_LIMIT_BYTES) {
-      problem = "its input files on " + fileSystem.getUri().getScheme() + ":// have no identity a "
-          + "same-size rewrite cannot fool (inode change time, ETag or checksum), and they are "
-          + "over " + (HASH_LIMIT_BYTES >> 20) + " MiB to hash";
+      problem = "its input files on " + uri.getScheme() + ":// have no identity a same-size "
+          + "rewrite cannot fool (inode change time, ETag or checksum), and they are over "
+          + (HASH_LIMIT_BYTES >> 20) + " MiB to hash";
       return null;
     }
     MessageDigest digest = sha256();
@@ -283,7 +332,7 @@ final class TableIdentity {
         digest.update(buffer, 0, n);
       }
     }
-    return "sha256 " + SparkCompat.hex(digest.digest());
+    return known + "sha256 " + SparkCompat.hex(digest.digest());
   }
 
   private void expression(Expression e) throws IOException {
@@ -325,7 +374,7 @@ final class TableIdentity {
     for (int i = 0; i < bytes.length; i++) {
       bytes[i] = command.get(i);
     }
-    python.add(bytes);
+    python.add(Base64.getEncoder().encodeToString(bytes));
     List<String> broadcasts = new ArrayList<>();
     for (Broadcast<PythonBroadcast> b : e.func().broadcastVars()) {
       broadcasts.add(b.id() + "=" + broadcastDigest(b));
