@@ -57,6 +57,17 @@ full crc32c verification included), then the same aggregate without a cache; it 
 timings and results as JSON. The reuse must read the key the first application materialized.
 
     python bench/cache.py [--rows 2000000] [--dim-rows 10000] [--keep] [--json FILE]
+    python bench/cache.py --shared-rounds 5 [--fact-files 50] [--rows 2000000] [--json FILE]
+
+Shared key and reuse, in rounds (``--shared-rounds N``, issue 33): the fact table in
+``--fact-files`` (50) files; each round runs two fresh applications as subprocesses, as a user
+meets them. The first times the shared key of the DataFrame above (50 input files, a Python UDF)
+where materialization computes it (``TableService._key_for``): its first computation in the
+application ("cold": class loading, module hashing) and the median of 10 more ("warm"), against
+Spark's own plan identity ``df.semanticHash()`` on a twin DataFrame, cold and warm; then it
+materializes the table. The second is the second application above (reuse vs recompute). It
+prints every round, then medians with their spread [min..max]. Run it with ``PYTHONPATH`` set to
+another checkout's ``python/`` folder to measure that version (before/after).
 
 ``--keep`` leaves the temp dir (inputs, Parquet copy, storage dir with the shared cache) in
 place and prints its path; ``--json FILE`` also writes every figure as JSON (``-``: stdout).
@@ -111,11 +122,12 @@ def score(v, w, name):  # type: (int, int, str) -> int
     return (v * w + h * 7) % 10007
 
 
-def write_inputs(spark: Any, root: Path, rows: int, dim_rows: int) -> None:
+def write_inputs(spark: Any, root: Path, rows: int, dim_rows: int,
+                 fact_files: int = FACT_FILES) -> None:
     from pyspark.sql.functions import col, concat, lit
 
     groups = max(1, rows // 10)
-    spark.range(0, rows, numPartitions=FACT_FILES).select(
+    spark.range(0, rows, numPartitions=fact_files).select(
         "id", ((col("id") * 7919) % dim_rows).alias("k"), (col("id") % groups).alias("g"),
         ((col("id") * 31) % 1000).alias("v")).write.parquet(str(root / "fact"))
     spark.range(0, dim_rows, numPartitions=1).select(
@@ -302,6 +314,123 @@ def run_second_app(tmp: Path, rows: int, dim_rows: int) -> dict[str, Any]:
     return result
 
 
+# -- the shared key and reuse, in rounds (issue 33) ---------------------------------------------
+
+KEY_WARM_RUNS = 10
+
+
+def shared_first(tmp: Path) -> int:
+    """Runs in a subprocess: the shared key's cost against ``semanticHash``, then materializes."""
+    import statistics
+
+    import spark_steward
+    from spark_steward.tables.service import TableService
+
+    spark = session(tmp, "bench-cache-key", "-1")
+    sc = spark.sparkContext
+    dirs = executor_dirs(sc)
+    try:
+        settle(sc)
+        warm_executors(spark, tmp / "input")
+        df, twin = make_df(spark, tmp / "input"), make_df(spark, tmp / "input")
+        service = spark_steward.runtime(spark).service(TableService)
+        table = spark_steward.cache(df, shared=True)
+        record = table._steward_record
+        with Timer() as peer_cold:
+            twin.semanticHash()
+        with Timer() as key_cold:
+            key = service._key_for(record)
+        key_warm, peer_warm = [], []
+        for _ in range(KEY_WARM_RUNS):
+            with Timer() as t:
+                assert service._key_for(record) == key
+            key_warm.append(t.seconds)
+            with Timer() as t:
+                twin.semanticHash()
+            peer_warm.append(t.seconds)
+        rows = act_count(table)  # materializes the shared table for the second application
+        out = {"app_id": sc.applicationId, "key": key, "key_cold_s": key_cold.seconds,
+               "key_warm_s": statistics.median(key_warm), "peer_cold_s": peer_cold.seconds,
+               "peer_warm_s": statistics.median(peer_warm), "count": rows,
+               "materialized": table.storage_key, "input_files": len(df.inputFiles())}
+    finally:
+        spark.stop()
+        shutil.rmtree(dirs, ignore_errors=True)
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+def _spread(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
+    ordered = sorted(values)
+    mid = ordered[len(ordered) // 2] if len(ordered) % 2 else \
+        (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2
+    return (f"{mid * scale:.{digits}f} [{ordered[0] * scale:.{digits}f}.."
+            f"{ordered[-1] * scale:.{digits}f}]")
+
+
+def shared_rounds(args: argparse.Namespace) -> int:
+    import spark_steward
+
+    base = Path(tempfile.mkdtemp(prefix="bench-cache-shared-"))
+    rounds: list[dict[str, Any]] = []
+    try:
+        spark = session(base, "bench-cache-inputs")
+        progress(f"writing inputs: {args.rows:,} fact rows in {args.fact_files} files, "
+                 f"{args.dim_rows:,} dimension rows (spark-steward {spark_steward.__file__})")
+        write_inputs(spark, base / "input", args.rows, args.dim_rows, args.fact_files)
+        spark.stop()
+        for r in range(args.shared_rounds):
+            tmp = base / f"round-{r}"
+            tmp.mkdir()
+            (tmp / "input").symlink_to(base / "input")
+            cmd = [sys.executable, os.path.abspath(__file__), "--shared-first", str(tmp)]
+            done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"FAIL: round {r}: the first application exited with "
+                                 f"{done.returncode}")
+            first = json.loads([ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1])
+            second = run_second_app(tmp, args.rows, args.dim_rows)
+            if second["reused_rows"] != second["plain_rows"]:
+                raise SystemExit(f"FAIL: round {r}: reused rows differ from recomputed rows")
+            reused = second["storage_key"] == first["materialized"]
+            progress(f"round {r}: key cold {first['key_cold_s'] * 1e3:.1f} ms, warm "
+                     f"{first['key_warm_s'] * 1e3:.1f} ms (semanticHash "
+                     f"{first['peer_cold_s'] * 1e3:.1f} / {first['peer_warm_s'] * 1e3:.1f} ms),"
+                     f" {first['input_files']} input files; second app reuse "
+                     f"{second['reuse_s']:.3f}s vs recompute {second['recompute_s']:.3f}s"
+                     f"{'' if reused else ' (NOT reused: ' + str(second['storage_key']) + ')'}")
+            rounds.append({"first": first, "second": second, "reused": reused})
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+    def col(f: Callable[[dict[str, Any]], float]) -> list[float]:
+        return [f(r) for r in rounds]
+
+    print(f"\nbench/cache.py --shared-rounds {args.shared_rounds} ({args.rows:,} fact rows in "
+          f"{rounds[0]['first']['input_files']} input files + Python UDF; medians [min..max])")
+    rows = [("shared key, cold (first in the app) ms", lambda r: r["first"]["key_cold_s"], 1e3, 1),
+            ("shared key, warm ms", lambda r: r["first"]["key_warm_s"], 1e3, 1),
+            ("semanticHash (Spark), cold ms", lambda r: r["first"]["peer_cold_s"], 1e3, 1),
+            ("semanticHash (Spark), warm ms", lambda r: r["first"]["peer_warm_s"], 1e3, 1),
+            ("key / semanticHash, warm",
+             lambda r: r["first"]["key_warm_s"] / r["first"]["peer_warm_s"], 1.0, 2),
+            ("second app: reuse s", lambda r: r["second"]["reuse_s"], 1.0, 3),
+            ("second app: recompute s", lambda r: r["second"]["recompute_s"], 1.0, 3),
+            ("second app: recompute / reuse",
+             lambda r: r["second"]["recompute_s"] / r["second"]["reuse_s"], 1.0, 2)]
+    for label, pick, scale, digits in rows:
+        print(f"{label:<40} {_spread(col(pick), scale, digits)}")
+    key_cold = sorted(col(lambda r: r["first"]["key_cold_s"]))[len(rounds) // 2]
+    print(f"{'PASS' if key_cold <= 0.05 else 'FAIL'}  shared key on a plan with 50 input files "
+          f"and a UDF <= 50 ms (cold median): {key_cold * 1e3:.1f} ms")
+    print(f"{'PASS' if all(r['reused'] for r in rounds) else 'FAIL'}  every second application "
+          "reused the first's table")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rounds, indent=2) + "\n")
+    return 0
+
+
 # -- the driver --------------------------------------------------------------------------------
 
 def _du(root: Path) -> int:
@@ -336,11 +465,20 @@ def main() -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON ('-': "
                         "stdout)")
     parser.add_argument("--second-app", metavar="TMP", help=argparse.SUPPRESS)
+    parser.add_argument("--shared-rounds", type=int, metavar="N",
+                        help="only the shared key's cost and second-application reuse, N rounds")
+    parser.add_argument("--fact-files", type=int, default=50,
+                        help="input files of the fact table with --shared-rounds (50)")
+    parser.add_argument("--shared-first", metavar="TMP", help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.pop("SPARK_CONF_DIR", None)
     if args.second_app:
         return second_app(Path(args.second_app))
+    if args.shared_first:
+        return shared_first(Path(args.shared_first))
+    if args.shared_rounds:
+        return shared_rounds(args)
     load_before = Path("/proc/loadavg").read_text().split()[:3]
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-cache-"))
