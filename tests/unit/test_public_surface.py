@@ -24,10 +24,7 @@ ERRORS_ELSEWHERE = {
 }
 
 #: Public names without a docstring, each with why. Keep it empty.
-UNDOCUMENTED = {
-    # tables/service.py is being reworked in another change (issue 34); documented there.
-    "spark_steward.tables.service.TableService.records",
-}
+UNDOCUMENTED: set[str] = set()
 
 PUBLIC_CALLS = ("attach", "detach", "runtime", "is_enabled", "bootstrap", "jar_path", "scope",
                 "checkpoints", "cache", "close")

@@ -28,7 +28,7 @@ import sysconfig
 import threading
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from spark_steward.errors import UnidentifiedCode
 
@@ -372,7 +372,7 @@ def modules_identity(names: Iterable[str], modules: Mapping[str, ModuleType] | N
         path = getattr(module, "__file__", None)
         lines.append(f"module {name} {_module_digest(name, module, path)}")
         top = name.partition(".")[0]
-        if _is_third_party(path):
+        if path and _is_third_party(path):
             version = getattr(loaded.get(top), "__version__", None)
             lines.append(f"package {top} {version if isinstance(version, str) else '?'}")
             continue
@@ -395,7 +395,7 @@ def _namespace_modules(module: ModuleType) -> set[str]:
     return {name for name in found if name in sys.modules}
 
 
-def python_identity(commands: list[tuple[bytes, Mapping[int, str]]],
+def python_identity(commands: Sequence[tuple[bytes, Mapping[int, str]]],
                     context_broadcast: int | None = None) -> str:
     """The text that identifies every Python function of a plan: each command's canonical digest
     and the digest of every module the commands reach, with the Python version."""

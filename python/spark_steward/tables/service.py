@@ -256,6 +256,7 @@ class TableService(RuntimeService):
         return self._shim is not None
 
     def records(self) -> list[CatalogRecord]:
+        """Every table cached in this application (a snapshot of the catalog)."""
         with self._lock:
             return list(self._records.values())
 
