@@ -46,8 +46,8 @@ final class AppEndDriver {
   static AppEndDriver start(SparkContext sc) {
     String localDir = LocalDirs.resolve(sc.conf().get(LocalDirs.LOCAL_DIR_KEY, ""));
     if (localDir == null) {
-      LOG.warn("spark-steward: no usable temp dir for the host-local working dir; executor hosts "
-          + "keep this application's folders until the next application starts there or "
+      LOG.warn(Messages.PREFIX + "no usable temp dir for the host-local working dir; executor "
+          + "hosts keep this application's folders until the next application starts there or "
           + "`spark-steward gc --local-dir`");
       return null;
     }
@@ -70,14 +70,14 @@ final class AppEndDriver {
     switch (m[0]) {
       case AppEndProtocol.HELLO:
         tracker.hello(m[1], m[2]);
-        LOG.info("spark-steward: executor {} on {} removes the application's folder there when "
+        LOG.info(Messages.PREFIX + "executor {} on {} removes the application's folder there when "
             + "the application ends", m[1], m[2]);
         return null;
       case AppEndProtocol.ASK:
         String answer = AppEndProtocol.answer(sc.isStopped(), sc.applicationId(), localDir);
         if (answer.equals(AppEndProtocol.RUNNING)) {
           tracker.left(m[1]);
-          LOG.info("spark-steward: executor {} ends while the application runs: its host keeps "
+          LOG.info(Messages.PREFIX + "executor {} ends while the application runs: its host keeps "
               + "the application's folder", m[1]);
         } else {
           tracker.told(m[1]);
@@ -104,7 +104,8 @@ final class AppEndDriver {
     long waited = (System.nanoTime() - start) / 1_000_000;
     List<String> lines = tracker.summary(WAIT_MILLIS);
     if (!lines.isEmpty()) {
-      LOG.info("spark-steward: application {} ended; host-local folders ({}/{}), after {} ms: {}",
+      LOG.info(Messages.PREFIX
+          + "application {} ended; host-local folders ({}/{}), after {} ms: {}",
           sc.applicationId(), localDir, sc.applicationId(), waited, String.join("; ", lines));
     }
   }

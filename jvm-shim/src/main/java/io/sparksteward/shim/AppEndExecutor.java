@@ -54,7 +54,7 @@ final class AppEndExecutor {
     try {
       ctx.send(AppEndProtocol.hello(executor.executorId, hostname(ctx)));
     } catch (Exception e) {
-      LOG.info("spark-steward: could not tell the driver executor {} started ({}); the driver's "
+      LOG.info(Messages.PREFIX + "could not tell the driver executor {} started ({}); the driver's "
           + "stop will not wait for it", executor.executorId, e.toString());
     }
     Runtime.getRuntime().addShutdownHook(executor.hook);
@@ -99,7 +99,7 @@ final class AppEndExecutor {
       Thread worker = new Thread(this::run, "spark-steward-app-end");
       worker.setDaemon(true);
       worker.start();
-      LOG.debug("spark-steward: executor {} ends ({}): asking the driver whether the "
+      LOG.debug(Messages.PREFIX + "executor {} ends ({}): asking the driver whether the "
           + "application ends", executorId, trigger);
     }
     try {
@@ -108,14 +108,14 @@ final class AppEndExecutor {
         finished.get(REMOVE_WAIT_MILLIS, TimeUnit.MILLISECONDS);
       }
     } catch (TimeoutException e) {
-      LOG.info("spark-steward: executor {} ({}): no answer from the driver within {} ms (or "
+      LOG.info(Messages.PREFIX + "executor {} ({}): no answer from the driver within {} ms (or "
           + "removal still running after {} ms); this host's folder of the application stays "
           + "until the next application starts here or `spark-steward gc --local-dir`",
           executorId, trigger, ANSWER_WAIT_MILLIS, REMOVE_WAIT_MILLIS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     } catch (ExecutionException e) {
-      LOG.info("spark-steward: executor {}: application-end cleanup failed", executorId, e);
+      LOG.info(Messages.PREFIX + "executor {}: application-end cleanup failed", executorId, e);
     }
   }
 
@@ -139,7 +139,7 @@ final class AppEndExecutor {
       decided.complete(decision);
     }
     if (!decision.remove()) {
-      LOG.info("spark-steward: executor {} ends; this host keeps application {}'s folder: {}",
+      LOG.info(Messages.PREFIX + "executor {} ends; this host keeps application {}'s folder: {}",
           executorId, ownAppId, decision.keepReason);
       finished.complete("kept");
       return;
@@ -147,12 +147,12 @@ final class AppEndExecutor {
     String outcome = "failed: not attempted";
     try {
       outcome = LocalDirs.removeAppFolder(decision.localDir, decision.appId);
-      LOG.info("spark-steward: application {} ends: executor {} on {}: {}/{}: {}", decision.appId,
-          executorId, hostname(ctx), decision.localDir, decision.appId, outcome);
+      LOG.info(Messages.PREFIX + "application {} ends: executor {} on {}: {}/{}: {}",
+          decision.appId, executorId, hostname(ctx), decision.localDir, decision.appId, outcome);
       try {
         ctx.ask(AppEndProtocol.done(executorId, outcome));
       } catch (Exception e) {
-        LOG.info("spark-steward: executor {} could not report its folder removal to the driver "
+        LOG.info(Messages.PREFIX + "executor {} could not report its folder removal to the driver "
             + "({})", executorId, e.toString());
       }
     } finally {

@@ -76,7 +76,7 @@ final class CheckpointData {
   static final int BLOCK_HEADER = 12;
   static final int BLOCK_HEADER_V2 = 16;
   static final int BLOCK_TARGET = 1 << 20;
-  static final String ERROR = "spark-steward: checkpoint data ";
+  static final String ERROR = Messages.PREFIX + "checkpoint data ";
   private static final byte[] MAGIC = "SSCK".getBytes(StandardCharsets.US_ASCII);
   /** Schemes whose files appear whole at close and have no cheap rename: written in place. */
   private static final Set<String> OBJECT_STORES = Collections.unmodifiableSet(new HashSet<>(

@@ -157,14 +157,15 @@ final class LocalManifest {
       byte[] canonicalBytes = canonical(fields).getBytes(StandardCharsets.UTF_8);
       crc.update(canonicalBytes, 0, canonicalBytes.length);
       if (!String.format("%08x", crc.getValue()).equals(envelope.path("crc32c").asText())) {
-        LOG.warn("spark-steward: manifest record {} fails verification; ignored", path);
+        LOG.warn(Messages.PREFIX + "manifest record {} fails verification; ignored", path);
         return null;
       }
       return body;
     } catch (NoSuchFileException | FileNotFoundException e) {
       return null;
     } catch (IOException | RuntimeException e) {
-      LOG.warn("spark-steward: manifest record {} is unreadable ({}); ignored", path, e.toString());
+      LOG.warn(Messages.PREFIX + "manifest record {} is unreadable ({}); ignored", path,
+          e.toString());
       return null;
     }
   }

@@ -328,11 +328,11 @@ public final class PeerServer {
       String host = AppEndExecutor.hostname(ctx);
       InetAddress bind = InetAddress.getByName(host);
       PeerServer server = start(Paths.get(localDir, appId), bind, ctx.executorID(), settings);
-      LOG.info("spark-steward: executor {} serves its host's verified blob pieces on {}:{}",
+      LOG.info(Messages.PREFIX + "executor {} serves its host's verified blob pieces on {}:{}",
           ctx.executorID(), bind.getHostAddress(), server.port());
       return server;
     } catch (IOException | RuntimeException e) {
-      LOG.warn("spark-steward: executor {} does not serve blob pieces to other hosts: {}",
+      LOG.warn(Messages.PREFIX + "executor {} does not serve blob pieces to other hosts: {}",
           ctx.executorID(), e instanceof IllegalArgumentException ? e.getMessage() : e.toString());
       return null;
     }
@@ -423,7 +423,7 @@ public final class PeerServer {
     try {
       Files.deleteIfExists(endpointFile);
     } catch (IOException e) {
-      LOG.warn("spark-steward: could not remove the peer endpoint file {}: {}", endpointFile,
+      LOG.warn(Messages.PREFIX + "could not remove the peer endpoint file {}: {}", endpointFile,
           e.toString());
     }
     closeQuietly(listener);
@@ -437,7 +437,7 @@ public final class PeerServer {
       acceptor.join(JOIN_MILLIS);
       long left = deadline - System.nanoTime();
       if (!pool.awaitTermination(Math.max(0, left), TimeUnit.NANOSECONDS)) {
-        LOG.warn("spark-steward: peer server threads still run {} ms after the stop",
+        LOG.warn(Messages.PREFIX + "peer server threads still run {} ms after the stop",
             JOIN_MILLIS);
       }
     } catch (InterruptedException e) {
@@ -446,7 +446,7 @@ public final class PeerServer {
     for (Conn c : open) {
       c.close();
     }
-    LOG.info("spark-steward: peer server of executor {} stopped: served {} pieces ({} bytes); "
+    LOG.info(Messages.PREFIX + "peer server of executor {} stopped: served {} pieces ({} bytes); "
         + "{} failed authentications, {} bad requests, {} refused busy, {} handshakes dropped",
         executorId, piecesServed.get(), bytesServed.get(), authFailures.get(), badRequests.get(),
         refusedBusy.get(), droppedHandshakes.get());
@@ -463,7 +463,7 @@ public final class PeerServer {
         if (stopped) {
           return;
         }
-        throttle.warn("accept", "spark-steward: peer server accept failed ({}); retrying",
+        throttle.warn("accept", Messages.PREFIX + "peer server accept failed ({}); retrying",
             e.toString());
         sleepQuietly(50); // EMFILE and friends last a while: do not spin
         continue;
@@ -471,7 +471,7 @@ public final class PeerServer {
       try {
         admit(socket);
       } catch (IOException | RuntimeException e) {
-        throttle.warn("admit", "spark-steward: peer server could not admit a connection ({})",
+        throttle.warn("admit", Messages.PREFIX + "peer server could not admit a connection ({})",
             e.toString());
         closeQuietly(socket);
       }
@@ -524,12 +524,12 @@ public final class PeerServer {
       droppedHandshakes.incrementAndGet();
     }
     if (!dropped.isEmpty()) {
-      throttle.warn("dropped", "spark-steward: peer server dropped {} connection(s) still in "
+      throttle.warn("dropped", Messages.PREFIX + "peer server dropped {} connection(s) still in "
           + "the handshake to admit {} (at most {} in the handshake, {} per address)",
           dropped.size(), conn.peer, MAX_PENDING, MAX_PENDING_PER_PEER);
     }
     if (refused) {
-      throttle.warn("refused", "spark-steward: peer server refused {}: no handler thread free",
+      throttle.warn("refused", Messages.PREFIX + "peer server refused {}: no handler thread free",
           conn.peer);
       conn.close();
     }
@@ -562,7 +562,7 @@ public final class PeerServer {
     }
     for (Conn c : stalled) {
       if (!c.aborted) {
-        LOG.debug("spark-steward: peer connection from {}: no write progress in {} ms; "
+        LOG.debug(Messages.PREFIX + "peer connection from {}: no write progress in {} ms; "
             + "cutting it", c.peer, settings.idleMillis);
       }
       c.abort();
@@ -584,9 +584,9 @@ public final class PeerServer {
         }
       }
     } catch (Lost e) {
-      LOG.debug("spark-steward: peer connection from {} lost: {}", conn.peer, e.getMessage());
+      LOG.debug(Messages.PREFIX + "peer connection from {} lost: {}", conn.peer, e.getMessage());
     } catch (RuntimeException e) {
-      LOG.warn("spark-steward: peer connection from {} failed unexpectedly", conn.peer, e);
+      LOG.warn(Messages.PREFIX + "peer connection from {} failed unexpectedly", conn.peer, e);
     } finally {
       synchronized (lock) {
         unregister(conn);
@@ -618,7 +618,7 @@ public final class PeerServer {
         return false;
       }
       badRequests.incrementAndGet();
-      throttle.warn("bad_request", "spark-steward: bad handshake from {}: {}", conn.peer,
+      throttle.warn("bad_request", Messages.PREFIX + "bad handshake from {}: {}", conn.peer,
           e.getMessage());
       conn.sendQuietly(error("bad_request", e.getMessage()));
       conn.lingerClose();
@@ -629,7 +629,7 @@ public final class PeerServer {
       problem = e.toString();
     }
     if (conn.dropped) {
-      LOG.debug("spark-steward: peer connection from {} dropped in the handshake", conn.peer);
+      LOG.debug(Messages.PREFIX + "peer connection from {} dropped in the handshake", conn.peer);
       return false;
     }
     if (problem == null) {
@@ -642,7 +642,7 @@ public final class PeerServer {
     }
     if (problem != null) {
       authFailures.incrementAndGet();
-      throttle.warn("auth", "spark-steward: peer connection from {} failed authentication: {}",
+      throttle.warn("auth", Messages.PREFIX + "peer connection from {} failed authentication: {}",
           conn.peer, problem);
       conn.sendQuietly(error("auth", "authentication failed: " + problem));
       conn.lingerClose();
@@ -661,8 +661,8 @@ public final class PeerServer {
     }
     if (busy) {
       refusedBusy.incrementAndGet();
-      throttle.warn("busy", "spark-steward: peer server refused {}: {} authenticated connections "
-          + "open", conn.peer, settings.maxConnections);
+      throttle.warn("busy", Messages.PREFIX + "peer server refused {}: {} authenticated "
+          + "connections open", conn.peer, settings.maxConnections);
       conn.sendQuietly(error("busy", "the peer server has " + settings.maxConnections
           + " connections open; retry later"));
       conn.lingerClose();
@@ -697,7 +697,7 @@ public final class PeerServer {
       conn.lingerClose();
       return false;
     } catch (IOException e) {
-      LOG.debug("spark-steward: peer connection from {} ended: {}", conn.peer, e.toString());
+      LOG.debug(Messages.PREFIX + "peer connection from {} ended: {}", conn.peer, e.toString());
       return false;
     }
     try {
@@ -708,7 +708,7 @@ public final class PeerServer {
     } catch (NotFound e) {
       conn.send(error("not_found", e.getMessage()));
     } catch (IOException | RuntimeException e) {
-      LOG.warn("spark-steward: peer request {} from {} failed unexpectedly",
+      LOG.warn(Messages.PREFIX + "peer request {} from {} failed unexpectedly",
           show(request.get("op")), conn.peer, e);
       conn.send(error("internal", e.getClass().getName()));
     }
@@ -717,7 +717,7 @@ public final class PeerServer {
 
   private void badRequest(Conn conn, String message) {
     badRequests.incrementAndGet();
-    throttle.warn("bad_request", "spark-steward: bad peer request from {}: {}", conn.peer,
+    throttle.warn("bad_request", Messages.PREFIX + "bad peer request from {}: {}", conn.peer,
         message);
   }
 
@@ -839,12 +839,12 @@ public final class PeerServer {
             throw new Lost("transferTo moved no byte " + zeros + " times in a row");
           }
         } else if (problem.isEmpty()) {
-          throttle.warn("short", "spark-steward: blob {}/{} ended {} bytes into piece {} of {} "
+          throttle.warn("short", Messages.PREFIX + "blob {}/{} ended {} bytes into piece {} of {} "
               + "announced; closing the connection from {}", r.scope, r.key, sent, r.index,
               r.length, conn.peer);
           return false;
         } else {
-          throttle.warn("read", "spark-steward: reading piece {} of blob {}/{} failed ({}); "
+          throttle.warn("read", Messages.PREFIX + "reading piece {} of blob {}/{} failed ({}); "
               + "closing the connection from {}", r.index, r.scope, r.key, problem, conn.peer);
           return false;
         }
@@ -984,7 +984,7 @@ public final class PeerServer {
       }
       got = view.position();
     } catch (IOException e) {
-      throttle.warn("key", "spark-steward: the peer key {} cannot be read: {}", keyFile,
+      throttle.warn("key", Messages.PREFIX + "the peer key {} cannot be read: {}", keyFile,
           e.toString());
       return null;
     }

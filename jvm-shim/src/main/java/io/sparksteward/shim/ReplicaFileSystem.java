@@ -73,7 +73,7 @@ public final class ReplicaFileSystem extends FileSystem {
     String targetUrl = conf.get(CONF_PREFIX + appId + ".target");
     String work = conf.get(CONF_PREFIX + appId + ".workdir");
     if (targetUrl == null || work == null) {
-      throw new IOException("spark-steward: " + name + " cannot be read: " + CONF_PREFIX + appId
+      throw new IOException(Messages.PREFIX + name + " cannot be read: " + CONF_PREFIX + appId
           + ".target and .workdir are not in the Hadoop conf");
     }
     target = new Path(targetUrl);
@@ -167,7 +167,7 @@ public final class ReplicaFileSystem extends FileSystem {
         return local.open(new Path(replica.toUri()), bufferSize);
       }
     } catch (IOException | RuntimeException e) {
-      LOG.warn("spark-steward: no host-local replica of {} ({}); reading it remotely",
+      LOG.warn(Messages.PREFIX + "no host-local replica of {} ({}); reading it remotely",
           remotePath, e.toString());
     }
     return remote.open(remotePath, bufferSize);
@@ -182,7 +182,7 @@ public final class ReplicaFileSystem extends FileSystem {
     String problem = ROOTS.computeIfAbsent(root.toString(), k -> {
       String why = LocalDirs.notPrivate(root);
       if (why != null) {
-        LOG.warn("spark-steward: {}: {}; cached tables are read remotely on this host, without "
+        LOG.warn(Messages.PREFIX + "{}: {}; cached tables are read remotely on this host, without "
             + "replicas", LocalDirs.LOCAL_DIR_KEY, why);
       }
       return why == null ? "" : why;
@@ -220,12 +220,13 @@ public final class ReplicaFileSystem extends FileSystem {
         Files.deleteIfExists(manifest.path(entry, "rec"));
         LocalManifest.fsyncDir(manifest.path(entry, "rec").getParent());
         Files.deleteIfExists(file);
-        LOG.warn("spark-steward: host-local replica {} failed verification; fetched again", file);
+        LOG.warn(Messages.PREFIX + "host-local replica {} failed verification; fetched again",
+            file);
       }
       removeTemps(file);
       long size = remote.getFileStatus(remotePath).getLen();
       if (maxBytes > 0 && manifest.usage() + size > maxBytes) {
-        LOG.info("spark-steward: no room for a {}-byte replica of {} under "
+        LOG.info(Messages.PREFIX + "no room for a {}-byte replica of {} under "
             + "spark.steward.local.max-bytes={}; reading it remotely", size, remotePath, maxBytes);
         return null;
       }
@@ -348,7 +349,7 @@ public final class ReplicaFileSystem extends FileSystem {
   // -- a read-only view ---------------------------------------------------------------------------
 
   private IOException readOnly(Path f) {
-    return new IOException("spark-steward: " + f + " is a read-only replica view of the storage dir");
+    return new IOException(Messages.PREFIX + f + " is a read-only replica view of the storage dir");
   }
 
   @Override

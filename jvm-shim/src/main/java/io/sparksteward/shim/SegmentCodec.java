@@ -74,7 +74,7 @@ import org.apache.spark.util.TaskCompletionListener;
  * stream and (if still open) when the task completes: killed or failed tasks leak none.
  */
 final class SegmentCodec {
-  static final String ERROR = "spark-steward: checkpoint segment ";
+  static final String ERROR = Messages.PREFIX + "checkpoint segment ";
 
   private SegmentCodec() {}
 

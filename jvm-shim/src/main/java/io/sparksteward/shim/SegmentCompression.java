@@ -27,7 +27,7 @@ import org.apache.arrow.vector.compression.NoCompressionCodec;
  * with nothing of ours. Decompression bounds what a hostile length claims before allocating.
  */
 final class SegmentCompression {
-  static final String ERROR = "spark-steward: compressed ";
+  static final String ERROR = Messages.PREFIX + "compressed ";
   /** zstd level: 1 compresses checkpoint columns as small as 3 does, faster (bench/RESULTS.md). */
   static final int ZSTD_LEVEL = 1;
   /** A buffer or block never claims more than this many bytes uncompressed. */

@@ -119,7 +119,7 @@ public final class StewardPlugin implements SparkPlugin {
             peers = PeerServer.startFor(ctx, localDir);
           } catch (RuntimeException | LinkageError e) {
             // startFor logs its own failures; this is a class missing from the executor's jars.
-            LoggerFactory.getLogger(PeerServer.class).warn("spark-steward: executor {} does not "
+            LoggerFactory.getLogger(PeerServer.class).warn(Messages.PREFIX + "executor {} does not "
                 + "serve blob pieces to other hosts: {}", ctx.executorID(), e.toString());
           }
         }

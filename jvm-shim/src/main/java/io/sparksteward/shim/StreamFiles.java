@@ -317,7 +317,7 @@ final class StreamFiles {
       }
       return;
     }
-    LOG.warn("spark-steward: delete of {} {}; recorded for retry until it is gone", target,
+    LOG.warn(Messages.PREFIX + "delete of {} {}; recorded for retry until it is gone", target,
         failure == null ? "left the file in place" : "failed (" + failure + ")");
   }
 
@@ -372,7 +372,8 @@ final class StreamFiles {
       }
       return fs.exists(intent);
     } catch (IOException | RuntimeException e) {
-      LOG.warn("spark-steward: could not record the failed delete of {} ({})", target, e.toString());
+      LOG.warn(Messages.PREFIX + "could not record the failed delete of {} ({})", target,
+          e.toString());
       return false;
     }
   }
@@ -435,7 +436,7 @@ final class StreamFiles {
       bridge.offerCurrent(EventEncoder.event(LOCATION_EVENT, System.currentTimeMillis())
           .str(qualified).str(queryId(location)));
     } catch (IOException | RuntimeException | LinkageError e) {
-      LOG.warn("spark-steward: could not register the streaming checkpoint location {} ({})",
+      LOG.warn(Messages.PREFIX + "could not register the streaming checkpoint location {} ({})",
           location, e.toString());
     }
   }

@@ -129,7 +129,7 @@ final class StreamPacks {
       final FileSystem use = fs;
       return BY_ROOT.computeIfAbsent(key, k -> new StreamPacks(root, use));
     } catch (IOException | RuntimeException e) {
-      LOG.warn("spark-steward: cannot read the packs of {} ({})", root, e.toString());
+      LOG.warn(Messages.PREFIX + "cannot read the packs of {} ({})", root, e.toString());
       return null;
     }
   }
@@ -165,11 +165,11 @@ final class StreamPacks {
     } catch (FileNotFoundException e) {
       throw e;
     } catch (IOException e) {
-      throw new IOException("spark-steward: could not read " + m.rel + " from the pack " + file
+      throw new IOException(Messages.PREFIX + "could not read " + m.rel + " from the pack " + file
           + " (" + e + ")", e);
     }
     if (crc(data, 0, data.length) != m.crc) {
-      throw new IOException("spark-steward: " + m.rel + " in the pack " + new Path(folder, m.pack)
+      throw new IOException(Messages.PREFIX + m.rel + " in the pack " + new Path(folder, m.pack)
           + " fails its checksum");
     }
     return data;
@@ -245,7 +245,7 @@ final class StreamPacks {
     }
     Path catalogFile = new Path(folder, "catalog.txt");
     if (!regularOrAbsent(catalogFile)) {  // a FIFO would hang every view; it cannot be skipped
-      throw new IOException("spark-steward: the pack catalog " + catalogFile + " is not a "
+      throw new IOException(Messages.PREFIX + "the pack catalog " + catalogFile + " is not a "
           + "regular file; the packed files cannot be served");
     }
     String catalog = readText(catalogFile, MAX_CATALOG, true);
@@ -324,10 +324,10 @@ final class StreamPacks {
         out.write(buffer, 0, got);
         if (out.size() > limit) {
           if (!required) {
-            LOG.warn("spark-steward: skipping {}: larger than any tombstone it writes", file);
+            LOG.warn(Messages.PREFIX + "skipping {}: larger than any tombstone it writes", file);
             return null;
           }
-          throw new IOException("spark-steward: " + file + " is larger than any file it writes");
+          throw new IOException(Messages.PREFIX + file + " is larger than any file it writes");
         }
       }
       return new String(out.toByteArray(), StandardCharsets.UTF_8);
@@ -454,7 +454,7 @@ final class StreamPacks {
   }
 
   private static IOException corrupt(Path file, String why) {
-    return new IOException("spark-steward: the pack " + file + " is unreadable (" + why
+    return new IOException(Messages.PREFIX + "the pack " + file + " is unreadable (" + why
         + "); the files it holds cannot be served");
   }
 
@@ -519,7 +519,7 @@ final class StreamPacks {
         throw new IOException("rename of " + tmp + " refused");
       }
     } catch (IOException | RuntimeException e) {
-      LOG.warn("spark-steward: could not record deletes of packed files in {} ({}); retried",
+      LOG.warn(Messages.PREFIX + "could not record deletes of packed files in {} ({}); retried",
           dir, e.toString());
       synchronized (unflushed) {
         if (unflushed.size() < 100_000) {
