@@ -31,6 +31,14 @@ import org.slf4j.LoggerFactory;
  */
 final class LocalManifest {
   private static final Logger LOG = LoggerFactory.getLogger(LocalManifest.class);
+  /** {@code working_dir.MANIFEST}: the folder of the records, under the working dir. */
+  static final String FOLDER = "manifest";
+  /** The suffix of a complete record. */
+  static final String COMPLETE = "rec";
+  /** The suffix of a record a writer announced and has not finished. */
+  static final String WRITING = "writing";
+  /** {@code records.FORMAT}: the envelope's format number. */
+  static final int FORMAT = 1;
   private static final ObjectMapper JSON =
       JsonMapper.builder().enable(JsonWriteFeature.ESCAPE_NON_ASCII).build();
 
@@ -49,11 +57,12 @@ final class LocalManifest {
   /** Bytes of every complete record (the working dir's use, for the byte bound). */
   long usage() throws IOException {
     long total = 0;
-    java.nio.file.Path manifest = workDir.resolve("manifest");
+    java.nio.file.Path manifest = workDir.resolve(FOLDER);
     if (!Files.isDirectory(manifest)) {
       return 0;
     }
-    try (DirectoryStream<java.nio.file.Path> names = Files.newDirectoryStream(manifest, "*.rec")) {
+    try (DirectoryStream<java.nio.file.Path> names =
+        Files.newDirectoryStream(manifest, "*." + COMPLETE)) {
       for (java.nio.file.Path name : names) {
         try {
           total += JSON.readTree(Files.readAllBytes(name)).path("body").path("size").asLong(0);
@@ -96,7 +105,7 @@ final class LocalManifest {
   }
 
   java.nio.file.Path path(String entry, String suffix) {
-    return workDir.resolve("manifest").resolve(quote(entry) + "." + suffix);
+    return workDir.resolve(FOLDER).resolve(quote(entry) + "." + suffix);
   }
 
   /** Canonical JSON (sorted keys, no spaces, ASCII), as Python's records module computes it. */
@@ -121,7 +130,7 @@ final class LocalManifest {
     byte[] canonicalBytes = canonicalBody.getBytes(StandardCharsets.UTF_8);
     crc.update(canonicalBytes, 0, canonicalBytes.length);
     String envelope = "{\"body\":" + canonicalBody + ",\"crc32c\":\""
-        + String.format("%08x", crc.getValue()) + "\",\"format\":1}\n";
+        + String.format("%08x", crc.getValue()) + ("\",\"format\":" + FORMAT + "}\n");
     java.nio.file.Path path = path(entry, suffix);
     LocalDirs.createPrivateDirectories(path.getParent());
     java.nio.file.Path tmp = path.resolveSibling(

@@ -95,7 +95,23 @@ public final class PeerServer {
   static final String NETWORK_TIMEOUT_KEY = "spark.steward.blob.network-timeout";
   static final String HANDSHAKE_TIMEOUT_KEY = "spark.steward.blob.server.handshake-timeout";
 
+  /** {@code blob.protocol.PROTOCOL_VERSION}, sent in the server's hello. */
   static final int PROTOCOL_VERSION = 1;
+  /** {@code blob.protocol.HEADER_SIZE}: a frame's big-endian length prefix. */
+  static final int HEADER_SIZE = 4;
+  /** The requests a peer server answers (sent by {@code blob.client}, {@code blob.pieces}). */
+  static final String OP_HAVE = "have";
+  static final String OP_PIECE = "piece";
+  /** The error codes of a reply; {@code blob.client} maps each to its own exception. */
+  static final String ERROR_BAD_REQUEST = "bad_request";
+  static final String ERROR_AUTH = "auth";
+  static final String ERROR_BUSY = "busy";
+  static final String ERROR_NOT_FOUND = "not_found";
+  static final String ERROR_INTERNAL = "internal";
+  /** {@code blob.cache.BlobCache.FOLDER}: complete blobs, under the application's folder. */
+  static final String BLOB_CACHE = "blob-cache";
+  /** {@code blob.pieces.HAVE_SUFFIX}: the have-file of a download in progress. */
+  static final String HAVE_SUFFIX = ".tmp-have";
   /** The auth answer is ~80 bytes: an unauthenticated peer gets no more. */
   private static final int AUTH_FRAME = 1024;
   private static final int REQUEST_FRAME = 65536;
@@ -290,7 +306,7 @@ public final class PeerServer {
 
   private PeerServer(Path appDir, String executorId, Settings settings,
       ServerSocketChannel listener) {
-    this.blobCache = appDir.resolve("blob-cache");
+    this.blobCache = appDir.resolve(BLOB_CACHE);
     this.keyFile = appDir.resolve("peers").resolve("key");
     this.endpointFile = appDir.resolve("peers").resolve(executorId + ".json");
     this.executorId = executorId;
@@ -620,7 +636,7 @@ public final class PeerServer {
       badRequests.incrementAndGet();
       throttle.warn("bad_request", Messages.PREFIX + "bad handshake from {}: {}", conn.peer,
           e.getMessage());
-      conn.sendQuietly(error("bad_request", e.getMessage()));
+      conn.sendQuietly(error(ERROR_BAD_REQUEST, e.getMessage()));
       conn.lingerClose();
       return false;
     } catch (SocketTimeoutException e) {
@@ -644,7 +660,7 @@ public final class PeerServer {
       authFailures.incrementAndGet();
       throttle.warn("auth", Messages.PREFIX + "peer connection from {} failed authentication: {}",
           conn.peer, problem);
-      conn.sendQuietly(error("auth", "authentication failed: " + problem));
+      conn.sendQuietly(error(ERROR_AUTH, "authentication failed: " + problem));
       conn.lingerClose();
       return false;
     }
@@ -663,7 +679,7 @@ public final class PeerServer {
       refusedBusy.incrementAndGet();
       throttle.warn("busy", Messages.PREFIX + "peer server refused {}: {} authenticated "
           + "connections open", conn.peer, settings.maxConnections);
-      conn.sendQuietly(error("busy", "the peer server has " + settings.maxConnections
+      conn.sendQuietly(error(ERROR_BUSY, "the peer server has " + settings.maxConnections
           + " connections open; retry later"));
       conn.lingerClose();
       return false;
@@ -693,7 +709,7 @@ public final class PeerServer {
       }
     } catch (BadFrame e) {
       badRequest(conn, e.getMessage());
-      conn.sendQuietly(error("bad_request", e.getMessage()));
+      conn.sendQuietly(error(ERROR_BAD_REQUEST, e.getMessage()));
       conn.lingerClose();
       return false;
     } catch (IOException e) {
@@ -704,13 +720,13 @@ public final class PeerServer {
       return dispatch(conn, request);
     } catch (BadRequest e) {
       badRequest(conn, e.getMessage());
-      conn.send(error("bad_request", e.getMessage()));
+      conn.send(error(ERROR_BAD_REQUEST, e.getMessage()));
     } catch (NotFound e) {
-      conn.send(error("not_found", e.getMessage()));
+      conn.send(error(ERROR_NOT_FOUND, e.getMessage()));
     } catch (IOException | RuntimeException e) {
       LOG.warn(Messages.PREFIX + "peer request {} from {} failed unexpectedly",
           show(request.get("op")), conn.peer, e);
-      conn.send(error("internal", e.getClass().getName()));
+      conn.send(error(ERROR_INTERNAL, e.getClass().getName()));
     }
     return true;
   }
@@ -727,14 +743,15 @@ public final class PeerServer {
     if (op == null || !op.isTextual()) {
       throw new BadRequest("request needs an 'op' string, got " + show(op));
     }
-    if ("have".equals(op.textValue())) {
+    if (OP_HAVE.equals(op.textValue())) {
       have(conn, Request.parse(request, false));
       return true;
     }
-    if ("piece".equals(op.textValue())) {
+    if (OP_PIECE.equals(op.textValue())) {
       return piece(conn, Request.parse(request, true));
     }
-    throw new BadRequest("op " + show(op) + " is not known: expected 'have' or 'piece'");
+    throw new BadRequest("op " + show(op) + (" is not known: expected '" + OP_HAVE
+        + "' or '" + OP_PIECE + "'"));
   }
 
   private void have(Conn conn, Request r) throws NotFound, IOException, Lost {
@@ -938,7 +955,7 @@ public final class PeerServer {
   private static Have readHave(Path dir, Request r) throws IOException {
     int expected = HAVE_HEADER + 1 + (int) r.pieces;
     byte[] data = new byte[expected];
-    try (FileChannel channel = openRegular(dir.resolve("." + r.key + ".tmp-have"), expected,
+    try (FileChannel channel = openRegular(dir.resolve("." + r.key + HAVE_SUFFIX), expected,
         true)) {
       if (channel == null) {
         return null;
@@ -1207,14 +1224,14 @@ public final class PeerServer {
 
     /** The next frame, or null when the peer closed before one began. */
     ObjectNode readFrame(int limit, long deadline) throws IOException, BadFrame {
-      byte[] head = new byte[4];
+      byte[] head = new byte[HEADER_SIZE];
       int got = readFully(head, deadline);
       if (got == 0) {
         return null;
       }
       if (got < head.length) {
-        throw new BadFrame("truncated frame: connection closed after " + got + " of 4 length "
-            + "bytes");
+        throw new BadFrame("truncated frame: connection closed after " + got
+            + (" of " + HEADER_SIZE + " length bytes"));
       }
       long length = ((head[0] & 0xffL) << 24) | ((head[1] & 0xffL) << 16)
           | ((head[2] & 0xffL) << 8) | (head[3] & 0xffL);
@@ -1260,12 +1277,12 @@ public final class PeerServer {
       } catch (IOException e) {
         throw new IllegalStateException("a reply cannot be encoded", e);
       }
-      byte[] bytes = new byte[4 + body.length];
+      byte[] bytes = new byte[HEADER_SIZE + body.length];
       bytes[0] = (byte) (body.length >>> 24);
       bytes[1] = (byte) (body.length >>> 16);
       bytes[2] = (byte) (body.length >>> 8);
       bytes[3] = (byte) body.length;
-      System.arraycopy(body, 0, bytes, 4, body.length);
+      System.arraycopy(body, 0, bytes, HEADER_SIZE, body.length);
       write(bytes, 0, bytes.length);
     }
 

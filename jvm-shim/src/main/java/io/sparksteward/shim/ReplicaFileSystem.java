@@ -48,6 +48,8 @@ public final class ReplicaFileSystem extends FileSystem {
   public static final String SCHEME = "stewardrep";
   public static final String CONF_PREFIX = "spark.steward.replica.";
   static final String FOLDER = "table-replicas";
+  /** Named in a log line only: the bound arrives as {@code CONF_PREFIX + <app id> + .max-bytes}. */
+  static final String LOCAL_MAX_BYTES_KEY = "spark.steward.local.max-bytes";
   private static final Logger LOG = LoggerFactory.getLogger(ReplicaFileSystem.class);
   /** Local file -> identity (file key, mtime, size) of the copy whose crc32c was checked. */
   private static final Map<String, String> VERIFIED = new ConcurrentHashMap<>();
@@ -193,7 +195,7 @@ public final class ReplicaFileSystem extends FileSystem {
   /** The verified replica of {@code entry}, made now when missing; null when it does not fit. */
   private java.nio.file.Path replica(String entry, Path remotePath) throws IOException {
     java.nio.file.Path file = workDir.resolve(entry);
-    JsonNode record = manifest.read(entry, "rec");
+    JsonNode record = manifest.read(entry, LocalManifest.COMPLETE);
     if (record != null && usable(record, entry, file)) {
       stampUse(file);
       return file;
@@ -211,14 +213,14 @@ public final class ReplicaFileSystem extends FileSystem {
             EnumSet.of(StandardOpenOption.CREATE, StandardOpenOption.WRITE), LocalDirs.PRIVATE_FILE);
          FileLock writer = lockFile.lock()) {
       assert writer.isValid();
-      record = manifest.read(entry, "rec");
+      record = manifest.read(entry, LocalManifest.COMPLETE);
       if (record != null && usable(record, entry, file)) {
         stampUse(file);
         return file;
       }
       if (record != null) {  // failed verification: the record goes first, then the file
-        Files.deleteIfExists(manifest.path(entry, "rec"));
-        LocalManifest.fsyncDir(manifest.path(entry, "rec").getParent());
+        Files.deleteIfExists(manifest.path(entry, LocalManifest.COMPLETE));
+        LocalManifest.fsyncDir(manifest.path(entry, LocalManifest.COMPLETE).getParent());
         Files.deleteIfExists(file);
         LOG.warn(Messages.PREFIX + "host-local replica {} failed verification; fetched again",
             file);
@@ -227,10 +229,10 @@ public final class ReplicaFileSystem extends FileSystem {
       long size = remote.getFileStatus(remotePath).getLen();
       if (maxBytes > 0 && manifest.usage() + size > maxBytes) {
         LOG.info(Messages.PREFIX + "no room for a {}-byte replica of {} under "
-            + "spark.steward.local.max-bytes={}; reading it remotely", size, remotePath, maxBytes);
+            + LOCAL_MAX_BYTES_KEY + "={}; reading it remotely", size, remotePath, maxBytes);
         return null;
       }
-      manifest.write(entry, "writing", manifest.body(entry, size, 0L, "writing"));
+      manifest.write(entry, LocalManifest.WRITING, manifest.body(entry, size, 0L, "writing"));
       java.nio.file.Path tmp = file.resolveSibling(
           "." + file.getFileName() + ".tmp-" + UUID.randomUUID().toString().substring(0, 12));
       long crc;
@@ -239,10 +241,10 @@ public final class ReplicaFileSystem extends FileSystem {
         Files.move(tmp, file, StandardCopyOption.ATOMIC_MOVE,
             StandardCopyOption.REPLACE_EXISTING);
         LocalManifest.fsyncDir(file.getParent());
-        manifest.write(entry, "rec", manifest.body(entry, size, crc, "complete"));
+        manifest.write(entry, LocalManifest.COMPLETE, manifest.body(entry, size, crc, "complete"));
       } finally {
         Files.deleteIfExists(tmp);
-        Files.deleteIfExists(manifest.path(entry, "writing"));
+        Files.deleteIfExists(manifest.path(entry, LocalManifest.WRITING));
       }
       VERIFIED.put(file.toString(), identity(file));
       stampUse(file);

@@ -75,6 +75,10 @@ import org.apache.spark.util.TaskCompletionListener;
  */
 final class SegmentCodec {
   static final String ERROR = Messages.PREFIX + "checkpoint segment ";
+  /** {@code segment_files.DATA}: an element holding the next piece of the stream. */
+  static final char DATA = 'D';
+  /** {@code segment_files.END}: the last element, the partition's record. */
+  static final char END = 'E';
 
   private SegmentCodec() {}
 
@@ -231,15 +235,15 @@ final class SegmentCodec {
           throw CheckpointData.<RuntimeException>sneaky(e);
         }
         if (pending.size() > 0) {
-          byte[] piece = pending.take('D', chunkBytes);
+          byte[] piece = pending.take(DATA, chunkBytes);
           crc.update(piece, 1, piece.length - 1);
           sha.update(piece, 1, piece.length - 1);
           length += piece.length - 1;
           return piece;
         }
         done = true;
-        String record = String.format(Locale.ROOT,
-            "E{\"partition\":%d,\"rows\":%d,\"length\":%d,\"crc32c\":\"%s\",\"sha256\":\"%s\"}",
+        String record = String.format(Locale.ROOT, END
+            + "{\"partition\":%d,\"rows\":%d,\"length\":%d,\"crc32c\":\"%s\",\"sha256\":\"%s\"}",
             partition, rowCount, length, CheckpointData.hex((int) crc.getValue()),
             SparkCompat.hex(sha.digest()));
         return record.getBytes(StandardCharsets.UTF_8);

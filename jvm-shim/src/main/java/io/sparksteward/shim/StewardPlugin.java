@@ -21,6 +21,9 @@ import org.slf4j.LoggerFactory;
  * at context start, neither side does anything.
  */
 public final class StewardPlugin implements SparkPlugin {
+  /** {@code config.ENABLED}: the driver plugin does nothing unless it is true. */
+  static final String ENABLED_KEY = "spark.steward.enabled";
+
   /** The key of the plugin's extra conf holding the driver's resolved host-local working dir. */
   static final String LOCAL_DIR_KEY = "local-dir";
 
@@ -59,7 +62,7 @@ public final class StewardPlugin implements SparkPlugin {
 
     @Override
     public Map<String, String> init(SparkContext sc, PluginContext pluginContext) {
-      if (!parseBool("spark.steward.enabled", sc.conf().get("spark.steward.enabled", "false"))) {
+      if (!parseBool(ENABLED_KEY, sc.conf().get(ENABLED_KEY, "false"))) {
         return Collections.emptyMap();
       }
       bridge = EventBridge.install(sc);

@@ -67,6 +67,7 @@ final class StreamFiles {
   static final String CLASS_KEY = "spark.sql.streaming.checkpointFileManagerClass";
   /** The manager class the user had configured before spark-steward took the key over. */
   static final String DELEGATE_KEY = "spark.steward.streams.delegate-class";
+  static final String STREAMS_ENABLED_KEY = "spark.steward.streams.enabled";
   static final String INTENTS = "_steward/deletes";
   static final String LOCATION_EVENT = "stream_location";
   private static final Logger LOG = LoggerFactory.getLogger(StreamFiles.class);
@@ -88,7 +89,7 @@ final class StreamFiles {
   StreamFiles(Path path, Configuration conf) {
     this.path = path;
     this.conf = conf;
-    this.enabled = flag(conf, "spark.steward.enabled") && flag(conf, "spark.steward.streams.enabled");
+    this.enabled = flag(conf, StewardPlugin.ENABLED_KEY) && flag(conf, STREAMS_ENABLED_KEY);
     if (enabled && "offsets".equals(path.getName()) && EventBridge.current() != null) {
       announce(path.getParent());
     }

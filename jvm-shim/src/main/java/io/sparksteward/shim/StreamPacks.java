@@ -47,6 +47,10 @@ import org.slf4j.LoggerFactory;
  */
 final class StreamPacks {
   static final String FOLDER = "_steward/packs";
+  /** Under {@link #FOLDER}: the tombstone files, one per flush. */
+  static final String TOMBSTONES = "dead";
+  /** Under {@link #FOLDER}: the catalog Python's packer writes. */
+  static final String CATALOG = "catalog.txt";
   static final long TTL_NANOS = 2_000_000_000L;
   private static final Logger LOG = LoggerFactory.getLogger(StreamPacks.class);
   private static final Pattern PACK_NAME = Pattern.compile("^\\d{16}-[0-9a-f]{32}\\.pack$");
@@ -220,7 +224,7 @@ final class StreamPacks {
     // Deletes (this JVM's and the tombstones) follow a compaction's copies; the catalog's own
     // dead marks do not (a compacted pack's members are all marked dead there, copied or not).
     Set<String> marks = new HashSet<>(killed);
-    Path dir = new Path(folder, "dead");
+    Path dir = new Path(folder, TOMBSTONES);
     StreamFiles.OWN_OPERATIONS.incrementAndGet();
     FileStatus[] tombstones;
     try {
@@ -243,7 +247,7 @@ final class StreamPacks {
         }
       }
     }
-    Path catalogFile = new Path(folder, "catalog.txt");
+    Path catalogFile = new Path(folder, CATALOG);
     if (!regularOrAbsent(catalogFile)) {  // a FIFO would hang every view; it cannot be skipped
       throw new IOException(Messages.PREFIX + "the pack catalog " + catalogFile + " is not a "
           + "regular file; the packed files cannot be served");
@@ -506,7 +510,7 @@ final class StreamPacks {
       body = String.join("", unflushed);
       unflushed.clear();
     }
-    Path dir = new Path(folder, "dead");
+    Path dir = new Path(folder, TOMBSTONES);
     String name = JVM_ID + "-" + FLUSHES.incrementAndGet() + ".txt";
     Path tmp = new Path(dir, "." + name + ".tmp");
     try {
