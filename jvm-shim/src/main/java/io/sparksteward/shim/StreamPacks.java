@@ -17,6 +17,7 @@ import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.regex.Pattern;
+import java.util.zip.Checksum;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
@@ -27,7 +28,6 @@ import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.PositionedReadable;
 import org.apache.hadoop.fs.Seekable;
-import org.apache.hadoop.util.PureJavaCrc32C;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -463,7 +463,7 @@ final class StreamPacks {
   }
 
   static long crc(byte[] data, int offset, int length) {
-    PureJavaCrc32C crc = new PureJavaCrc32C();
+    Checksum crc = SparkCompat.crc32c();
     crc.update(data, offset, length);
     return crc.getValue();
   }
