@@ -186,7 +186,9 @@ SHARED = [
     Shared("StreamFiles.CLASS_KEY", "spark_steward.streams.service:CLASS_KEY"),
     Shared("ReplicaFileSystem.CONF_PREFIX", "spark_steward.tables.replicas:CONF_PREFIX"),
     Shared("CachedTables.EXPLAIN_PROPERTY", "spark_steward.tables.hooks:EXPLAIN_PROPERTY"),
-    # The peer protocol of the blob capability (Python client, Java server).
+    # The peer protocol of the blob capability (Python client, Java server). Words that also
+    # name a reply field or a throttled warning's kind ("have", "auth", "busy",
+    # "bad_request") are not unique.
     Shared("PeerServer.PROTOCOL_VERSION", "spark_steward.blob.protocol:PROTOCOL_VERSION",
            unique=False),
     Shared("PeerServer.HEADER_SIZE", "spark_steward.blob.protocol:HEADER_SIZE", unique=False),
@@ -200,6 +202,14 @@ SHARED = [
     Shared("PeerServer.HAVE_HEADER", "spark_steward.blob.pieces:_TEMP_NAME", _have_header,
            unique=False),
     Shared("PeerServer.BLOB_CACHE", "spark_steward.blob.cache:BlobCache.FOLDER"),
+    Shared("PeerServer.OP_HAVE", "spark_steward.blob.protocol:OP_HAVE", unique=False),
+    Shared("PeerServer.OP_PIECE", "spark_steward.blob.protocol:OP_PIECE", unique=False),
+    Shared("PeerServer.ERROR_AUTH", "spark_steward.blob.protocol:ERROR_AUTH", unique=False),
+    Shared("PeerServer.ERROR_BUSY", "spark_steward.blob.protocol:ERROR_BUSY", unique=False),
+    Shared("PeerServer.ERROR_BAD_REQUEST", "spark_steward.blob.protocol:ERROR_BAD_REQUEST",
+           unique=False),
+    Shared("PeerServer.ERROR_NOT_FOUND", "spark_steward.blob.protocol:ERROR_NOT_FOUND"),
+    Shared("PeerServer.ERROR_INTERNAL", "spark_steward.blob.protocol:ERROR_INTERNAL"),
     # The host-local working dir's manifest (Python writes it, the JVM's replicas too).
     Shared("LocalManifest.FOLDER", "spark_steward.local.working_dir:MANIFEST", unique=False),
     Shared("LocalManifest.FORMAT", "spark_steward.records:FORMAT", unique=False),

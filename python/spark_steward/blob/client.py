@@ -37,7 +37,9 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 from spark_steward.blob.keys import BlobKey, validate_scope_id
 from spark_steward.blob.pieces import PieceRequest
-from spark_steward.blob.protocol import (PROTOCOL_VERSION, PeerClosed, auth_proof,
+from spark_steward.blob.protocol import (ERROR_AUTH, ERROR_BAD_REQUEST, ERROR_BUSY,
+                                         ERROR_INTERNAL, ERROR_NOT_FOUND, OP_HAVE,
+                                         PROTOCOL_VERSION, PeerClosed, auth_proof,
                                          encode_frame, exact_reader, read_frame)
 from spark_steward.blob.stores import Received
 from spark_steward.checksum import crc32c_update
@@ -157,7 +159,7 @@ class BlobClient:
 
     def have(self, key: BlobKey, scope: str, size: int, piece_size: int) -> dict[str, Any]:
         """A peer's progress on a blob: ``{"complete": True}`` or ``{"have": "0110..."}``."""
-        return self.call("have", key=key.digest, scope=validate_scope_id(scope), size=size,
+        return self.call(OP_HAVE, key=key.digest, scope=validate_scope_id(scope), size=size,
                          piece_size=piece_size)
 
     def call(self, op: str, **fields: Any) -> dict[str, Any]:
@@ -255,7 +257,7 @@ class BlobClient:
                         f"blob server {self.address} did not present this application's "
                         f"certificate: {e.verify_message}") from None
             hello = self._read(sock)
-            if hello.get("error") == "busy":
+            if hello.get("error") == ERROR_BUSY:
                 raise _HandshakeCut(f"blob server {self.address} is busy: "
                                     f"{hello.get('message', '')}")
             if hello.get("protocol") != PROTOCOL_VERSION or not isinstance(hello.get("nonce"),
@@ -265,10 +267,10 @@ class BlobClient:
                                         f"{PROTOCOL_VERSION}")
             self._send(sock, {"auth": auth_proof(self._secret, hello["nonce"])})
             answer = self._read(sock)
-            if answer.get("error") == "busy":
+            if answer.get("error") == ERROR_BUSY:
                 raise _HandshakeCut(f"blob server {self.address} is busy: "
                                     f"{answer.get('message', '')}")
-            if answer.get("error") == "auth":
+            if answer.get("error") == ERROR_AUTH:
                 raise AuthenticationFailed(f"blob server {self.address} rejected this client: "
                                            f"{answer.get('message', '')} (is the executor "
                                            "context from this application?)")
@@ -310,14 +312,14 @@ class BlobClient:
         if error is None and reply.get("ok") is True:
             return reply
         message = str(reply.get("message", ""))
-        if error == "not_found":
+        if error == ERROR_NOT_FOUND:
             raise BlobNotFound(message)
-        if error == "bad_request":
+        if error == ERROR_BAD_REQUEST:
             raise BlobProtocolError(f"blob server {self.address} rejected {what} (bad_request): "
                               f"{message}")
         if error == "failed":
             raise StewardError(f"blob server {self.address} failed {what} (failed): {message}")
-        if error == "internal":
+        if error == ERROR_INTERNAL:
             raise StewardError(f"blob server {self.address} hit an internal error on {what} "
                           f"(internal: {message}); the driver log has the details")
         raise BlobProtocolError(f"blob server {self.address} answered {what} with "

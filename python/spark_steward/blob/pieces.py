@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_steward.blob.keys import BlobKey, validate_scope_id
+from spark_steward.blob.protocol import OP_PIECE
 from spark_steward.errors import BlobProtocolError
 
 #: Piece size bounds (also the JVM server's): small enough to pipeline, few enough to list.
@@ -138,7 +139,7 @@ class PieceRequest:
 
     def to_wire(self) -> dict[str, Any]:
         """The request as a protocol frame."""
-        return {"op": "piece", "key": self.key.digest, "scope": self.scope, "size": self.size,
+        return {"op": OP_PIECE, "key": self.key.digest, "scope": self.scope, "size": self.size,
                 "piece_size": self.piece_size, "index": self.index}
 
     def span(self) -> tuple[int, int]:

@@ -26,6 +26,17 @@ PROTOCOL_VERSION = 1
 
 #: Bytes of the length prefix.
 HEADER_SIZE = 4
+
+#: The requests a peer server answers (the shim's PeerServer on every executor host).
+OP_HAVE = "have"
+OP_PIECE = "piece"
+
+#: The ``error`` code of a reply, which the client maps to an exception.
+ERROR_BAD_REQUEST = "bad_request"
+ERROR_AUTH = "auth"
+ERROR_BUSY = "busy"
+ERROR_NOT_FOUND = "not_found"
+ERROR_INTERNAL = "internal"
 _HEADER = struct.Struct(">I")
 _MAX_LENGTH = (1 << 32) - 1
 _AUTH_DOMAIN = b"spark-steward-blob-v1:"

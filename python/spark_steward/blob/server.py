@@ -34,7 +34,9 @@ from typing import Any, BinaryIO, Callable
 
 from spark_steward.blob.keys import BlobKey, validate_scope_id
 from spark_steward.blob.pieces import PieceRequest, parse_pick
-from spark_steward.blob.protocol import (PROTOCOL_VERSION, PeerClosed, encode_frame,
+from spark_steward.blob.protocol import (ERROR_AUTH, ERROR_BAD_REQUEST, ERROR_BUSY,
+                                         ERROR_INTERNAL, ERROR_NOT_FOUND, OP_PIECE,
+                                         PROTOCOL_VERSION, PeerClosed, encode_frame,
                                          exact_reader, new_nonce, proof_matches, read_frame)
 from spark_steward.errors import (BlobNotFound, BlobProtocolError, InvalidBlobKey,
                                   StewardError)
@@ -427,7 +429,7 @@ class BlobServer:
             self._count("auth_failures")
             self._throttle.warn("auth", "blob connection from %s failed authentication: %s",
                                 conn.peer, problem)
-            conn.send(_error("auth", "authentication failed: the client does not hold this "
+            conn.send(_error(ERROR_AUTH, "authentication failed: the client does not hold this "
                              "application's secret"))
             conn.linger_close()
             return False
@@ -435,7 +437,7 @@ class BlobServer:
             if not conn.dropped:
                 self._throttle.warn("busy", "blob server refused %s: %d authenticated "
                                     "connections open", conn.peer, self._max_connections)
-                conn.send(_error("busy", f"the blob server has {self._max_connections} "
+                conn.send(_error(ERROR_BUSY, f"the blob server has {self._max_connections} "
                                  "connections open; retry later"))
                 conn.linger_close()
             return False
@@ -472,7 +474,7 @@ class BlobServer:
             return False
         except BlobProtocolError as e:  # the framing is broken: answer if we can, then close
             self._bad_request(conn, e)
-            conn.send(_error("bad_request", str(e)))
+            conn.send(_error(ERROR_BAD_REQUEST, str(e)))
             conn.linger_close()
             return False
         try:
@@ -481,16 +483,16 @@ class BlobServer:
             raise
         except (InvalidBlobKey, BlobProtocolError) as e:
             self._bad_request(conn, e)
-            reply = _error("bad_request", str(e))
+            reply = _error(ERROR_BAD_REQUEST, str(e))
         except BlobNotFound as e:
-            reply = _error("not_found", str(e))
+            reply = _error(ERROR_NOT_FOUND, str(e))
         except StewardError as e:
             log.warning("blob request from %s failed: %s", conn.peer, e)
             reply = _error("failed", str(e))
         except Exception as e:
             log.exception("blob request %r from %s failed unexpectedly",
                           str(request.get("op"))[:40], conn.peer)
-            reply = _error("internal", type(e).__name__)
+            reply = _error(ERROR_INTERNAL, type(e).__name__)
         conn.send(reply)
         return True
 
@@ -504,7 +506,7 @@ class BlobServer:
             raise BlobProtocolError(f"request needs an 'op' string, got {op!r:.60}")
         if op == "get":
             return self._send_blob(conn, request)
-        if op in ("piece", "pick"):
+        if op in (OP_PIECE, "pick"):
             return self._send_piece(conn, request)
         fields_ = self._on_message(op, request)
         if not isinstance(fields_, dict):
