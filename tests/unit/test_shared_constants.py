@@ -150,6 +150,11 @@ def _name(key: config.ConfigKey[Any]) -> str:
     return key.name
 
 
+def _default(key: config.ConfigKey[Any]) -> str:
+    """The default as config.py documents it: what the JVM uses when the key is unset."""
+    return key.default_text
+
+
 def _last_segment(path: str) -> str:
     return path.rsplit("/", 1)[1]
 
@@ -168,6 +173,7 @@ SHARED = [
            unique=False),
     # Config keys the shim reads or names.
     Shared("StewardPlugin.ENABLED_KEY", "spark_steward.config:ENABLED", _name),
+    Shared("StewardPlugin.ENABLED_DEFAULT", "spark_steward.config:ENABLED", _default, unique=False),
     Shared("StewardListener.PREFIX", "spark_steward.config:PREFIX"),
     Shared("EventBridge.CAPACITY_KEY", "spark_steward.config:EVENTS_BUFFER_CAPACITY", _name),
     Shared("EventBridge.DEFAULT_CAPACITY", "spark_steward.config:EVENTS_BUFFER_CAPACITY",
@@ -181,6 +187,16 @@ SHARED = [
     Shared("PeerServer.NETWORK_TIMEOUT_KEY", "spark_steward.config:BLOB_NETWORK_TIMEOUT", _name),
     Shared("PeerServer.HANDSHAKE_TIMEOUT_KEY",
            "spark_steward.config:BLOB_SERVER_HANDSHAKE_TIMEOUT", _name),
+    Shared("PeerServer.ENABLED_DEFAULT", "spark_steward.config:BLOB_PEER_ENABLED", _default,
+           unique=False),
+    Shared("PeerServer.MAX_CONNECTIONS_DEFAULT", "spark_steward.config:BLOB_PEER_MAX_CONNECTIONS",
+           _default, unique=False),
+    Shared("PeerServer.RATE_DEFAULT", "spark_steward.config:BLOB_PEER_RATE", _default,
+           unique=False),
+    Shared("PeerServer.NETWORK_TIMEOUT_DEFAULT", "spark_steward.config:BLOB_NETWORK_TIMEOUT",
+           _default, unique=False),
+    Shared("PeerServer.HANDSHAKE_TIMEOUT_DEFAULT",
+           "spark_steward.config:BLOB_SERVER_HANDSHAKE_TIMEOUT", _default, unique=False),
     Shared("StreamFiles.STREAMS_ENABLED_KEY", "spark_steward.config:STREAMS_ENABLED", _name),
     Shared("StreamFiles.DELEGATE_KEY", "spark_steward.config:STREAMS_DELEGATE_CLASS", _name),
     Shared("StreamFiles.CLASS_KEY", "spark_steward.streams.service:CLASS_KEY"),
@@ -212,6 +228,8 @@ SHARED = [
     Shared("PeerServer.ERROR_INTERNAL", "spark_steward.blob.protocol:ERROR_INTERNAL"),
     # The host-local working dir's manifest (Python writes it, the JVM's replicas too).
     Shared("LocalManifest.FOLDER", "spark_steward.local.working_dir:MANIFEST", unique=False),
+    Shared("LocalManifest.COMPLETE", "spark_steward.local.working_dir:COMPLETE"),
+    Shared("LocalManifest.WRITING", "spark_steward.local.working_dir:WRITING", unique=False),
     Shared("LocalManifest.FORMAT", "spark_steward.records:FORMAT", unique=False),
     Shared("ReplicaFileSystem.FOLDER", "spark_steward.local.working_dir:JVM_WRITTEN",
            lambda names: names[0]),

@@ -44,6 +44,10 @@ from spark_steward.records import decode_record, encode_record
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest"
+#: Suffixes of the records under MANIFEST: complete, and announced by a writer not done yet
+#: (the shim's LocalManifest.COMPLETE / WRITING).
+COMPLETE = "rec"
+WRITING = "writing"
 #: Folders under the working dir whose files this layer writes and recovers.
 MANAGED = ("blob-cache", "state")
 #: Written by the executors' JVMs (the shim's ReplicaFileSystem) under JVM file locks, which
@@ -165,13 +169,13 @@ class WorkingDir:
 
     def record(self, entry: str) -> LocalFileRecord | None:
         """The complete record of ``entry``, unverified; None when there is none."""
-        return self._read_record(self._record_path(entry, "rec"))
+        return self._read_record(self._record_path(entry, COMPLETE))
 
     def records(self) -> list[LocalFileRecord]:
         """Every readable complete record of this application on this host."""
         found = []
         for name in self.fs.list_dir(self.root / MANIFEST):
-            if name.endswith(".rec") and not name.startswith("."):
+            if name.endswith(f".{COMPLETE}") and not name.startswith("."):
                 record = self._read_record(self.root / MANIFEST / name)
                 if record is not None and record.entry == unquote(name[:-4]):
                     found.append(record)
@@ -180,7 +184,7 @@ class WorkingDir:
     def _announcements(self) -> list[LocalFileRecord]:
         found = []
         for name in self.fs.list_dir(self.root / MANIFEST):
-            if name.endswith(".writing") and not name.startswith("."):
+            if name.endswith(f".{WRITING}") and not name.startswith("."):
                 record = self._read_record(self.root / MANIFEST / name)
                 if record is not None:
                     found.append(record)
@@ -263,7 +267,7 @@ class WorkingDir:
         announcement = LocalFileRecord(entry, target_rel, self.app_id, capability, scope,
                                        size_hint or (expected[1] if expected else 0), 0,
                                        FileState.WRITING, self.clock(), form)
-        announced = self._record_path(entry, "writing")
+        announced = self._record_path(entry, WRITING)
         tmp = target.with_name(f".{PurePosixPath(entry).name}.tmp-{uuid.uuid4().hex[:12]}")
         renamed = False
         # A full disk: LocalDiskFull naming the folder, needed and free, once the except below
@@ -289,7 +293,7 @@ class WorkingDir:
                 self.fs.sync_dir(target.parent)
                 record = replace(announcement, size=size, crc32c=crc, state=FileState.COMPLETE,
                                  written_at=self.clock())
-                self._write_record(self._record_path(entry, "rec"), record)
+                self._write_record(self._record_path(entry, COMPLETE), record)
             except BaseException:
                 self.fs.unlink(tmp)
                 if renamed and (versioned or previous is None):
@@ -321,7 +325,7 @@ class WorkingDir:
         """Removes ``entry``'s record, then its file (a crash between leaves a left-over file,
         never a record without its file). Returns whether there was a record."""
         record = self.record(entry)
-        removed = self.fs.unlink(self._record_path(entry, "rec"))
+        removed = self.fs.unlink(self._record_path(entry, COMPLETE))
         if removed:
             self.fs.sync_dir(self.root / MANIFEST)
         files = {entry} | ({record.file} if record is not None else set())
@@ -411,7 +415,7 @@ class WorkingDir:
                 current = self.record(announcement.entry)
                 if current is None or current.file != announcement.file:
                     removed += self.fs.unlink(self.path_of(announcement.file))
-                removed += self.fs.unlink(self._record_path(announcement.entry, "writing"))
+                removed += self.fs.unlink(self._record_path(announcement.entry, WRITING))
             finally:
                 lock.release()
         for name in self.fs.list_dir(self.root / MANIFEST):

@@ -94,6 +94,12 @@ public final class PeerServer {
   static final String RATE_KEY = "spark.steward.blob.peer.rate";
   static final String NETWORK_TIMEOUT_KEY = "spark.steward.blob.network-timeout";
   static final String HANDSHAKE_TIMEOUT_KEY = "spark.steward.blob.server.handshake-timeout";
+  /** The defaults of those keys, as config.py documents them (used when a key is unset). */
+  static final String ENABLED_DEFAULT = "true";
+  static final String MAX_CONNECTIONS_DEFAULT = "16";
+  static final String RATE_DEFAULT = "0";
+  static final String NETWORK_TIMEOUT_DEFAULT = "60s";
+  static final String HANDSHAKE_TIMEOUT_DEFAULT = "5s";
 
   /** {@code blob.protocol.PROTOCOL_VERSION}, sent in the server's hello. */
   static final int PROTOCOL_VERSION = 1;
@@ -202,13 +208,15 @@ public final class PeerServer {
      * does); IllegalArgumentException names the key and value.
      */
     static Settings fromConf(SparkConf conf) {
-      long max = parseInt(MAX_CONNECTIONS_KEY, conf.get(MAX_CONNECTIONS_KEY, "16"));
-      long rate = parseSize(RATE_KEY, conf.get(RATE_KEY, "0"));
-      long idle = parseMillis(NETWORK_TIMEOUT_KEY, conf.get(NETWORK_TIMEOUT_KEY, "60s"), 10);
-      long handshake =
-          parseMillis(HANDSHAKE_TIMEOUT_KEY, conf.get(HANDSHAKE_TIMEOUT_KEY, "5s"), 50);
+      long max =
+          parseInt(MAX_CONNECTIONS_KEY, conf.get(MAX_CONNECTIONS_KEY, MAX_CONNECTIONS_DEFAULT));
+      long rate = parseSize(RATE_KEY, conf.get(RATE_KEY, RATE_DEFAULT));
+      long idle = parseMillis(NETWORK_TIMEOUT_KEY,
+          conf.get(NETWORK_TIMEOUT_KEY, NETWORK_TIMEOUT_DEFAULT), 10);
+      long handshake = parseMillis(HANDSHAKE_TIMEOUT_KEY,
+          conf.get(HANDSHAKE_TIMEOUT_KEY, HANDSHAKE_TIMEOUT_DEFAULT), 50);
       if (max < 1) {
-        throw invalid(MAX_CONNECTIONS_KEY, conf.get(MAX_CONNECTIONS_KEY, "16"),
+        throw invalid(MAX_CONNECTIONS_KEY, conf.get(MAX_CONNECTIONS_KEY, MAX_CONNECTIONS_DEFAULT),
             "must be at least 1");
       }
       return new Settings((int) Math.min(max, 100_000), rate, handshake, idle);
@@ -328,7 +336,7 @@ public final class PeerServer {
   static PeerServer startFor(PluginContext ctx, String localDir) {
     try {
       SparkConf conf = ctx.conf();
-      if (!StewardPlugin.parseBool(ENABLED_KEY, conf.get(ENABLED_KEY, "true"))) {
+      if (!StewardPlugin.parseBool(ENABLED_KEY, conf.get(ENABLED_KEY, ENABLED_DEFAULT))) {
         return null;
       }
       Settings settings = Settings.fromConf(conf);

@@ -23,6 +23,7 @@ import org.slf4j.LoggerFactory;
 public final class StewardPlugin implements SparkPlugin {
   /** {@code config.ENABLED}: the driver plugin does nothing unless it is true. */
   static final String ENABLED_KEY = "spark.steward.enabled";
+  static final String ENABLED_DEFAULT = "false";
 
   /** The key of the plugin's extra conf holding the driver's resolved host-local working dir. */
   static final String LOCAL_DIR_KEY = "local-dir";
@@ -62,7 +63,7 @@ public final class StewardPlugin implements SparkPlugin {
 
     @Override
     public Map<String, String> init(SparkContext sc, PluginContext pluginContext) {
-      if (!parseBool(ENABLED_KEY, sc.conf().get(ENABLED_KEY, "false"))) {
+      if (!parseBool(ENABLED_KEY, sc.conf().get(ENABLED_KEY, ENABLED_DEFAULT))) {
         return Collections.emptyMap();
       }
       bridge = EventBridge.install(sc);
