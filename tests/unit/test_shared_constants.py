@@ -169,8 +169,6 @@ def _have_header(temp_name: re.Pattern[str]) -> int:
 SHARED = [
     # The prefix Python finds the shim's messages by (its own test below allows no other use).
     Shared("Messages.PREFIX", "spark_steward.kernel.jvm:JAVA_ERROR_PREFIX", unique=False),
-    Shared("CachedTables.ERROR_PREFIX", "spark_steward.kernel.jvm:JAVA_ERROR_PREFIX",
-           unique=False),
     # Config keys the shim reads or names.
     Shared("StewardPlugin.ENABLED_KEY", "spark_steward.config:ENABLED", _name),
     Shared("StewardPlugin.ENABLED_DEFAULT", "spark_steward.config:ENABLED", _default, unique=False),
@@ -290,9 +288,6 @@ def test_no_java_file_spells_out_a_shared_value(fact: Shared) -> None:
         f"outside its declaration")
 
 
-# The one class that spells out the prefix besides Messages: CachedTables belongs to the tables
-# work and is not edited here; its ERROR_PREFIX is checked equal to the Python owner above.
-_PREFIX_EXCEPTIONS = {"CachedTables": "ERROR_PREFIX"}
 
 
 def test_only_messages_spells_out_the_error_prefix() -> None:
@@ -300,7 +295,7 @@ def test_only_messages_spells_out_the_error_prefix() -> None:
     offenders = []
     for cls, code in java_sources().items():
         starting = [lit for lit in _literals(code) if lit.startswith(prefix.rstrip())]
-        allowed = 1 if cls == "Messages" or cls in _PREFIX_EXCEPTIONS else 0
+        allowed = 1 if cls == "Messages" else 0
         if len(starting) > allowed:
             offenders.append(f"{cls}.java: {starting[allowed:][:3]}")
     assert not offenders, (

@@ -98,7 +98,7 @@ public final class CachedTableMarker implements SupportsRead {
       @Override
       public Batch toBatch() {
         throw new IllegalStateException(
-            CachedTables.ERROR_PREFIX + "cached table " + id + " was planned in a SparkSession "
+            Messages.PREFIX + "cached table " + id + " was planned in a SparkSession "
                 + "without the spark-steward rule that reads it; use the table in the session "
                 + "that cached it (or call spark_steward.attach on this session first)");
       }

@@ -96,7 +96,7 @@ public final class CachedTableRule extends Rule<LogicalPlan> {
           .option("parquet.page.verify-checksum.enabled", "true")
           .parquet(url).queryExecution().analyzed();
       if (!(read instanceof LogicalRelation)) {
-        throw new IllegalStateException(CachedTables.ERROR_PREFIX + "reading " + url
+        throw new IllegalStateException(Messages.PREFIX + "reading " + url
             + " gave an unexpected plan " + read.nodeName());
       }
       relation = (LogicalRelation) read;

@@ -1,36 +1,19 @@
 package io.sparksteward.shim;
 
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
-import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.List;
-import java.util.Locale;
 import java.util.function.Function;
 import java.util.function.Predicate;
 
-import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.FileStatus;
-import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.ExperimentalMethods;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
-import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
-import org.apache.spark.sql.catalyst.expressions.PythonFuncExpression;
-import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
-import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
-import org.apache.spark.sql.catalyst.plans.logical.OneRowRelation;
-import org.apache.spark.sql.catalyst.plans.logical.Range;
 import org.apache.spark.sql.catalyst.rules.Rule;
-import org.apache.spark.sql.execution.datasources.HadoopFsRelation;
-import org.apache.spark.sql.execution.datasources.LogicalRelation;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 
 import scala.runtime.AbstractPartialFunction;
@@ -41,7 +24,6 @@ import scala.runtime.AbstractPartialFunction;
  * identity of a plan for caches shared across applications.
  */
 final class CachedTables {
-  static final String ERROR_PREFIX = "spark-steward: ";
   /** Set by Python's DataFrame.explain on its thread: plan without materializing. */
   static final String EXPLAIN_PROPERTY = "spark.steward.cache.explain";
 
@@ -115,7 +97,7 @@ final class CachedTables {
     if (answer.startsWith("files\t")) {
       return answer.substring("files\t".length());
     }
-    throw new IllegalStateException(ERROR_PREFIX + (answer.startsWith("error\t")
+    throw new IllegalStateException(Messages.PREFIX + (answer.startsWith("error\t")
         ? answer.substring("error\t".length()) : "unexpected answer for cached table " + id));
   }
 

@@ -264,7 +264,7 @@ final class SparkCompat {
       Class<?> unix = Class.forName("com.sun.security.auth.module.UnixSystem");
       return (Long) unix.getMethod("getUid").invoke(unix.getConstructor().newInstance());
     } catch (ReflectiveOperationException e) {
-      throw new IllegalStateException(CachedTables.ERROR_PREFIX + "cannot read this process's uid "
+      throw new IllegalStateException(Messages.PREFIX + "cannot read this process's uid "
           + "(com.sun.security.auth.module.UnixSystem): " + e, e);
     }
   }
@@ -315,7 +315,7 @@ final class SparkCompat {
       try {
         return Class.forName(SQL + name, false, loader);
       } catch (ClassNotFoundException missing) {
-        throw new IllegalStateException(CachedTables.ERROR_PREFIX + "no " + name + " class in "
+        throw new IllegalStateException(Messages.PREFIX + "no " + name + " class in "
             + "Spark " + sparkVersion(), missing);
       }
     }
@@ -366,7 +366,7 @@ final class SparkCompat {
 
   private static MethodHandle need(MethodHandle handle, String feature) {
     if (handle == null) {
-      throw new UnsupportedOperationException(CachedTables.ERROR_PREFIX + feature
+      throw new UnsupportedOperationException(Messages.PREFIX + feature
           + " is not supported on Spark " + sparkVersion() + " (the member spark-steward "
           + "calls for it is missing)");
     }
