@@ -46,10 +46,15 @@ def python_without_steward(tmp_path_factory: pytest.TempPathFactory) -> Path:
             target = packages / entry.name
             if not _is_spark_steward(entry.name) and not target.exists():
                 target.symlink_to(entry)
-    # -S: no site-packages and no .pth hooks (the editable install's path, our autoload).
+    # -S: no site-packages and no .pth hooks (the editable install's path, our autoload); and
+    # no PYTHONPATH entry that holds spark-steward (a checkout run with PYTHONPATH=python/).
     launcher = root / "python"
-    launcher.write_text(f'#!/bin/sh\nPYTHONPATH="{packages}${{PYTHONPATH:+:$PYTHONPATH}}" '
-                        f'exec {sys.executable} -S "$@"\n')
+    launcher.write_text(
+        "#!/bin/sh\nkept=\nIFS=:\nfor entry in $PYTHONPATH; do\n"
+        '  { [ -e "$entry/spark_steward" ] || [ -e "$entry/_spark_steward_autoload.py" ]; } '
+        "&& continue\n"
+        '  kept="$kept:$entry"\ndone\n'
+        f'PYTHONPATH="{packages}$kept" exec {sys.executable} -S "$@"\n')
     launcher.chmod(0o755)
     return launcher
 
