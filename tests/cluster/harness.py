@@ -16,7 +16,9 @@ with ``s3=True``, ``s3``) is a set of Linux namespaces held open by one holder p
   tempfiles: the host-local disk), its own ``/etc/hosts`` naming every host (Java resolves its
   own host name at start-up), and the shared dir mounted at the same path on every host, as an
   NFS export would be. The rest of the file system (the OS, Java, site-packages, this repo) is
-  the machine's, the same on every host, as an image would be.
+  the machine's, the same on every host, as an image would be: where the checkout, the Python
+  environment, pyspark or a ``PYTHONPATH`` entry lies under ``/tmp`` (a clone and a venv made
+  there), each host sees it through its private ``/tmp`` too (:func:`kept_paths`).
 
 Spark runs from the pip pyspark's jars: a standalone master on host ``master`` and one worker
 per worker host, started with ``java`` directly (``SPARK_HOME``, ``SPARK_SCALA_VERSION``,
@@ -247,13 +249,41 @@ class _Host:
         return self.dir / "tmp"
 
 
+def _environment_paths() -> list[Path]:
+    """Where the hosts' processes load code from: this checkout, the Python environment (and
+    the one it was made from), its site-packages, pyspark (Spark's jars) and ``PYTHONPATH``."""
+    import sysconfig
+
+    paths = [Path(__file__).resolve().parents[2], Path(sys.prefix), Path(sys.base_prefix),
+             Path(sys.executable).resolve().parent]
+    paths += [Path(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")]
+    spec = importlib.util.find_spec("pyspark")
+    if spec is not None and spec.origin:
+        paths.append(Path(spec.origin).parent)
+    paths += [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return paths
+
+
+def kept_paths(paths: Iterable[Path]) -> list[Path]:
+    """The paths under ``/tmp`` among ``paths`` (resolved, existing), without those inside
+    another: each host's private ``/tmp`` would hide them, so its holder binds them in place."""
+    tmp = Path("/tmp")
+    found: set[Path] = set()
+    for path in paths:
+        real = Path(os.path.realpath(path))
+        if tmp in real.parents and real.exists():
+            found.add(real)
+    return sorted(p for p in found if not any(other in p.parents for other in found))
+
+
 class Cluster:
     """A Spark standalone cluster of separate emulated hosts; see the module docstring.
 
     ``Cluster(workers=3, link=None, worker_cores=1, worker_memory="1g", s3=False)`` creates
     nothing until :meth:`start` (or ``with``). ``spark=False`` makes the hosts without starting
     the master and workers (for harness tests); ``java`` overrides the Java binary;
-    ``start_timeout`` bounds each wait of the start-up. ``class_cache`` lets the master and
+    ``start_timeout`` bounds each wait of the start-up. ``keep`` names more paths under
+    ``/tmp`` every host must see as they are. ``class_cache`` lets the master and
     workers start from a class-data-sharing archive of Spark's classes (made by the first
     cluster of a machine at its close, kept under ``/var/tmp/spark-steward-harness/cds``):
     about a third less JVM start-up."""
@@ -261,7 +291,7 @@ class Cluster:
     def __init__(self, workers: int = 3, link: Link | None = None, worker_cores: int = 1,
                  worker_memory: str = "1g", s3: bool = False, *, spark: bool = True,
                  java: str | None = None, start_timeout: float = 120.0,
-                 class_cache: bool = True) -> None:
+                 class_cache: bool = True, keep: Sequence[Path] = ()) -> None:
         if not 1 <= workers <= 200:
             raise ValueError(f"workers must be 1..200, not {workers}")
         self._n_workers = workers
@@ -273,6 +303,7 @@ class Cluster:
         self._java = java
         self._timeout = start_timeout
         self._class_cache = class_cache
+        self._keep = kept_paths([*_environment_paths(), *keep])
         self._cds_dump: Path | None = None  # where this cluster's master dumps its classes
         self._k: int | None = None
         self._hosts: dict[str, _Host] = {}
@@ -694,7 +725,8 @@ class Cluster:
                     "-S", str(HOLDER), "--root", str(self.root), "--hostname", f"sst-{name}",
                     "--tmp", str(h.tmp), "--hosts-file", str(h.dir / "hosts"),
                     "--resolv-file", str(h.dir / "resolv.conf"), "--shared", str(self.shared),
-                    "--lifeline", str(read_end)]
+                    "--lifeline", str(read_end),
+                    *(arg for path in self._keep for arg in ("--keep", str(path)))]
             h.launcher = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                 pass_fds=(read_end,), start_new_session=True,

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from tests.cluster.conftest import wait_until
-from tests.cluster.harness import (Cluster, HarnessError, Link, delay_unavailable, leftovers,
-                                   unavailable)
+from tests.cluster.harness import (Cluster, HarnessError, Link, delay_unavailable, kept_paths,
+                                   leftovers, unavailable)
 
 pytestmark = pytest.mark.cluster
 
@@ -192,6 +194,36 @@ def transfer(cluster: Cluster, src: str, dst: str, mib: int, port: int) -> dict[
     finally:
         receiver.kill()
         receiver.wait(10)
+
+
+def test_a_checkout_or_venv_under_tmp_stays_visible_on_every_host() -> None:
+    """A clone and a venv made in /tmp (as a new user does) are still seen by each host, whose
+    own /tmp is private: before, every worker failed with ClassNotFoundException (pyspark's jars
+    hidden). Only what the hosts load code from is kept; the rest of /tmp stays private."""
+    kept = Path(tempfile.mkdtemp(prefix="sst-keep-", dir="/tmp"))
+    hidden = Path(tempfile.mkdtemp(prefix="sst-hidden-", dir="/tmp"))
+    try:
+        (kept / "code.py").write_text("print('kept')\n")
+        with Cluster(workers=1, spark=False, keep=[kept]) as cluster:
+            for host in ("driver", "w1"):
+                done = cluster.run(host, [sys.executable, str(kept / "code.py")], check=True)
+                assert done.stdout == "kept\n", host
+                assert cluster.run(host, ["test", "-e", str(hidden)]).returncode == 1, host
+            cluster.run("w1", ["sh", "-c", f"echo w1 > {kept}/from-w1"], check=True)
+            assert (kept / "from-w1").read_text() == "w1\n", "the same folder, not a copy"
+            prefix = cluster.prefix
+        assert leftovers(prefix) == []
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.rmtree(hidden, ignore_errors=True)
+
+
+def test_kept_paths_are_the_existing_ones_under_tmp_outermost_first(tmp_path: Path) -> None:
+    inner = tmp_path / "venv" / "lib"
+    inner.mkdir(parents=True)
+    assert str(tmp_path).startswith("/tmp/"), "pytest's temp dirs are under /tmp here"
+    assert kept_paths([inner, tmp_path / "venv", Path("/usr/lib"), tmp_path / "missing",
+                       Path("/tmp")]) == [tmp_path / "venv"]
 
 
 def test_links_are_shaped_in_both_directions() -> None:

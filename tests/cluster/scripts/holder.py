@@ -4,13 +4,15 @@ Started by ``tests/cluster/harness.py`` as::
 
     ip netns exec NS unshare --uts --pid --mount --fork --mount-proc --propagation private \\
         python -I -S holder.py --root R --hostname H --tmp T --hosts-file F --resolv-file C \\
-        --shared S --lifeline FD
+        --shared S --lifeline FD [--keep /tmp/PATH ...]
 
 so it runs in the host's network namespace and is the init of fresh UTS, PID and mount
 namespaces. It makes its mount namespace private, detaches the copies of ``/run/netns`` it
 inherited (they would keep other harnesses' network namespaces alive), hides the harness root's
 ``hosts`` folder (other hosts' private dirs), bind-mounts the host's private ``/tmp``,
-``/etc/hosts`` and ``/etc/resolv.conf`` and the shared dir, sets the hostname and turns IPv6
+``/etc/hosts`` and ``/etc/resolv.conf`` and the shared dir (with each ``--keep`` path, which lies
+under the machine's /tmp, bound at the same path inside the private one: a checkout or venv made
+in /tmp), sets the hostname and turns IPv6
 off. Then it prints ``ready`` (or ``error: <one line>`` and exits 1) and reaps orphans until
 the owner's lifeline pipe closes (the owner died or closed the cluster) or it is SIGKILLed.
 When it exits the kernel kills every other process of the host: it is the pid namespace's init.
@@ -78,7 +80,15 @@ def setup(args: argparse.Namespace) -> None:
             umount_lazy(point)
         except SetupError:
             pass  # already gone with its parent
-    mount(args.tmp, "/tmp", None, MS_BIND)
+    for kept in args.keep:  # bound into the private /tmp before it hides the machine's
+        inside = os.path.join(args.tmp, os.path.relpath(kept, "/tmp"))
+        if os.path.isdir(kept):
+            os.makedirs(inside, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(inside), exist_ok=True)
+            open(inside, "a").close()
+        mount(kept, inside, None, MS_BIND | MS_REC)
+    mount(args.tmp, "/tmp", None, MS_BIND | MS_REC)
     mount(args.hosts_file, "/etc/hosts", None, MS_BIND)
     mount(args.resolv_file, "/etc/resolv.conf", None, MS_BIND)
     mount(args.shared, args.shared, None, MS_BIND)
@@ -109,6 +119,8 @@ def main() -> None:
     for name in ("--root", "--hostname", "--tmp", "--hosts-file", "--resolv-file", "--shared"):
         parser.add_argument(name, required=True)
     parser.add_argument("--lifeline", type=int, required=True)
+    parser.add_argument("--keep", action="append", default=[],
+                        help="a path under /tmp every process of the host must see as it is")
     args = parser.parse_args()
     try:
         if os.getpid() != 1:
