@@ -28,7 +28,7 @@ import sysconfig
 import threading
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from spark_steward.errors import UnidentifiedCode
 
@@ -275,19 +275,16 @@ _file_digests: dict[tuple[str, int, int, int, int], str] = {}
 _digest_lock = threading.Lock()
 
 
-def _file_digest(path: str) -> str:
-    """SHA-256 of a file, remembered while its size, times and inode stay the same."""
-    st = os.stat(path)
+def _cached_digest(stat_of: str, path: str, read: Callable[[], bytes]) -> str:
+    """SHA-256 of ``read()``, remembered while the file ``stat_of`` (the module's own file, or
+    the archive holding it) keeps its size, times and inode."""
+    st = os.stat(stat_of)
     key = (path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     with _digest_lock:
         known = _file_digests.get(key)
     if known is not None:
         return known
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    value = digest.hexdigest()
+    value = hashlib.sha256(read()).hexdigest()
     with _digest_lock:
         if len(_file_digests) > 4096:
             _file_digests.clear()
@@ -295,16 +292,21 @@ def _file_digest(path: str) -> str:
     return value
 
 
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _module_digest(name: str, module: ModuleType, path: str | None) -> str:
     """SHA-256 of the module's file, also where it is loaded from an archive (spark-submit puts
     pyspark.zip and --py-files archives on the path)."""
     try:
         if path and os.path.isfile(path):
-            return _file_digest(path)
-        loader = getattr(getattr(module, "__spec__", None), "loader", None)
+            return _cached_digest(path, path, lambda: _read_file(path))
+        loader: Any = getattr(getattr(module, "__spec__", None), "loader", None)
         archive = _archive_of(path) if path else None
-        if archive is not None and hasattr(loader, "get_data"):
-            return _archived_digest(archive, path, loader)  # type: ignore[arg-type]
+        if path and archive is not None and hasattr(loader, "get_data"):
+            return _cached_digest(archive, path, lambda: loader.get_data(path))
     except OSError as exc:
         raise UnidentifiedCode(f"module {name!r}'s file {path} cannot be read "
                                f"({exc.strerror or exc})") from None
@@ -323,18 +325,6 @@ def _archive_of(path: str) -> str | None:
             return head
 
 
-def _archived_digest(archive: str, path: str, loader: Any) -> str:
-    st = os.stat(archive)
-    key = (path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-    with _digest_lock:
-        known = _file_digests.get(key)
-    if known is None:
-        known = hashlib.sha256(loader.get_data(path)).hexdigest()
-        with _digest_lock:
-            _file_digests[key] = known
-    return known
-
-
 def _is_stdlib(name: str, module: ModuleType | None) -> bool:
     top = name.partition(".")[0]
     if top in sys.builtin_module_names or top in getattr(sys, "stdlib_module_names", ()):
@@ -348,12 +338,11 @@ def _is_third_party(path: str) -> bool:
     return real.startswith(_THIRD_PARTY_DIRS) or "site-packages" in real.split(os.sep)
 
 
-def modules_identity(names: Iterable[str], modules: Mapping[str, ModuleType] | None = None
-                     ) -> list[str]:
+def modules_identity(names: Iterable[str]) -> list[str]:
     """One line per module the code reaches: its name and its source's digest (or, for the
     standard library, nothing beyond the Python version the caller adds). The user's own
     modules are followed through the modules and functions their namespace uses."""
-    loaded = sys.modules if modules is None else modules
+    loaded = sys.modules
     pending = sorted(set(names))
     done: set[str] = set()
     lines: list[str] = []
