@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 PREFIX = "spark.steward."
 STORAGE_OPTION_PREFIX = "spark.steward.storage.option."
+#: Written by the driver's Python into the conf of a starting SparkContext: the values the JVM
+#: shim acts on, resolved (:mod:`spark_steward.kernel.handover`). Not a user key.
+RESOLVED_KEY = "spark.steward.resolved"
 T = TypeVar("T")
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
@@ -153,7 +156,7 @@ def _key(name: str, type_: ConfigType[T], default: str, doc: str, *,
 
 def _default_root() -> Path:
     """``<tmp>/spark-steward-<uid>``: one per user, so two users on a host never share a default
-    dir (the JVM shim's LocalDirs.resolve computes the same)."""
+    dir. Resolved on the driver and handed to the JVMs (:mod:`spark_steward.kernel.handover`)."""
     return Path(tempfile.gettempdir()) / f"spark-steward-{os.getuid()}"
 
 
@@ -507,7 +510,7 @@ class StewardConf:
                 continue
             key = KEYS.get(name)
             if key is None:
-                if warn_unknown:
+                if warn_unknown and name != RESOLVED_KEY:
                     log.warning("%s", unknown_key_message(name))
                 continue
             values[name] = key.parse(raw)

@@ -7,8 +7,9 @@ Two moments of a context's start are ours:
 - just before the JVM SparkContext is built (``_initialize_context``), the plugin and the shim
   jar join ``spark.plugins`` and ``spark.jars`` *after* what the platform's
   spark-defaults.conf, a ``--properties-file``, ``--jars`` or ``--conf`` put there, so the
-  flags of ``spark-steward conf`` never replace anybody's plugin or jar; a malformed
-  ``spark.steward.enabled`` stops the start there with one line;
+  flags of ``spark-steward conf`` never replace anybody's plugin or jar; the values the shim
+  acts on are resolved into the conf (:mod:`spark_steward.kernel.handover`); a malformed
+  ``spark.steward.*`` value stops the start there with one line;
 - once the context runs (``_do_init``), the runtime attaches. When its storage cannot be
   reached, the application runs on without spark-steward: addFile, df.cache() and
   df.checkpoint() stay Spark's own, one warning says why, and explicit spark-steward calls
@@ -48,7 +49,13 @@ def _enabled(raw: str | None) -> bool:
 def _enroll_before_start(proceed: Any, sc: Any, jconf: Any, *args: Any, **kwargs: Any) -> Any:
     # On a Spark older than the supported lines nothing is added (the attach then warns once
     # and the application runs as plain Spark): the shim is not built for it.
-    if _enabled(_get(jconf, ENABLED_KEY)) and _supported():
+    raw_enabled = _get(jconf, ENABLED_KEY)
+    if raw_enabled is not None:
+        # The shim's JVMs act on what Python resolved here, never on the keys themselves.
+        from spark_steward.kernel import handover
+
+        handover.install(jconf, enabled=_enabled(raw_enabled))
+    if _enabled(raw_enabled) and _supported():
         from spark_steward.config import SHIM_JAR
         from spark_steward.kernel import jvm
         from spark_steward.kernel.shim import jar_path
