@@ -33,6 +33,10 @@ MAGIC = b"STWPACK1"
 TRAILER = struct.Struct(">QII8s")
 #: Index and catalog lines are short; a larger index or tombstone is not ours.
 MAX_INDEX_BYTES = 64 << 20
+#: A packed file is read whole into memory when Spark opens it (the JVM's bound).
+MAX_MEMBER_BYTES = 256 << 20
+#: Index numbers are 64-bit signed in the JVM: a larger one is not a number of ours.
+_MAX_NUMBER = (1 << 63) - 1
 MAX_TOMBSTONE_BYTES = 16 << 20
 MAX_CATALOG_BYTES = 256 << 20
 _NUMBER = re.compile(r"^[0-9]{1,19}$")
@@ -87,11 +91,12 @@ def decode_index(name: str, data_tail: bytes, size: int,
             raise ValueError(f"index line {number} has {len(fields)} fields")
         start, count, crc_hex, mtime, rel = fields
         if not (_NUMBER.fullmatch(start) and _NUMBER.fullmatch(count)
-                and _CRC.fullmatch(crc_hex) and _NUMBER.fullmatch(mtime)):
+                and _CRC.fullmatch(crc_hex) and _NUMBER.fullmatch(mtime)
+                and int(mtime) <= _MAX_NUMBER):
             raise ValueError(f"index line {number} is malformed")
         member = Member(name, rel, int(start), int(count), int(crc_hex, 16), int(mtime))
         if (packable(rel) is None or member.offset < 0 or member.length < 0
-                or member.offset + member.length > offset):
+                or member.length > MAX_MEMBER_BYTES or member.offset + member.length > offset):
             raise ValueError(f"index line {number} names {rel[:200]!r} at "
                              f"{start}+{count}, not a member of this pack")
         members.append(member)
@@ -118,8 +123,9 @@ class PackState:
         return out
 
     def live(self) -> dict[str, Member]:
-        """The live members by file name."""
-        return live_members(self.packs, self.dead)
+        """The live members by file name, as a JVM serves them: a tombstone also kills the
+        copy a compaction made of its pack."""
+        return live_members(self.packs, self.forwarded_dead())
 
     def forwarded_dead(self) -> set[tuple[str, str]]:
         """The catalog's dead marks and the tombstones, these also applied to the copies a
