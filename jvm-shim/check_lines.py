@@ -208,10 +208,16 @@ class ClassPath:
 #: (the shim picks them by the same class: StreamFiles.install). On a line without it, the
 #: class is never loaded, so its links are not checked there; on a line with it, they are.
 LINE_SPECIFIC = {
-    "io/sparksteward/shim/StreamCheckpointFiles":
-        "org/apache/spark/sql/execution/streaming/checkpointing/CheckpointFileManager",
-    "io/sparksteward/shim/StreamCheckpointFilesV40":
-        "org/apache/spark/sql/execution/streaming/CheckpointFileManager",
+    name: trait
+    for names, trait in (
+        (("io/sparksteward/shim/streams/StreamCheckpointFiles",
+          "io/sparksteward/shim/StreamCheckpointFiles"),  # the old name, an alias now
+         "org/apache/spark/sql/execution/streaming/checkpointing/CheckpointFileManager"),
+        (("io/sparksteward/shim/streams/StreamCheckpointFilesV40",
+          "io/sparksteward/shim/StreamCheckpointFilesV40"),
+         "org/apache/spark/sql/execution/streaming/CheckpointFileManager"),
+    )
+    for name in names
 }
 
 
@@ -261,6 +267,7 @@ def link_problems(shim_jar: Path, jars_dir: Path) -> tuple[list[str], int]:
 
 
 PROBE = """package io.sparksteward.shim;
+import io.sparksteward.shim.kernel.SparkCompat;
 public final class LinesProbe {
   public static void main(String[] args) {
     System.out.println("missing:" + String.join(",", SparkCompat.missingMembers()));

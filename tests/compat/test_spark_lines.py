@@ -110,7 +110,7 @@ def test_local_state_round_trips_and_refuses_a_corrupted_value(run: SmokeRun) ->
 def test_streaming_locations_are_recorded_swept_and_dropped(run: SmokeRun) -> None:
     found = run.section("streams")
     package = "V40" if run.line.version.startswith(("3.", "4.0")) else ""
-    assert found["manager"] == f"io.sparksteward.shim.StreamCheckpointFiles{package}"
+    assert found["manager"] == f"io.sparksteward.shim.streams.StreamCheckpointFiles{package}"
     assert found["running"] == [[True, "running"]]
     assert found["cleaner_idle"] is True and found["stopped"] == ["stopped"]
     assert found["temp_swept"] is True and found["offsets_kept"] >= 2

@@ -130,7 +130,7 @@ class Manager:
         self.jvm = spark._jvm
         self.root = root
         self.folder = folder
-        self.m = self.jvm.io.sparksteward.shim.StreamCheckpointFiles(
+        self.m = self.jvm.io.sparksteward.shim.streams.StreamCheckpointFiles(
             self.path(""), spark._jsc.hadoopConfiguration())
 
     def path(self, name: str) -> Any:

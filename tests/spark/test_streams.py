@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
+import pyspark
 import pytest
 
 import spark_steward
@@ -274,17 +275,38 @@ def test_a_session_with_spark_steward_off_records_nothing(
     assert "off" not in {s.record.name for s in spark_steward.streams.ls()}
 
 
-@pytest.mark.parametrize("delegate", ["io.sparksteward.shim.StreamCheckpointFiles",
+@pytest.mark.parametrize("delegate", ["io.sparksteward.shim.streams.StreamCheckpointFiles",
+                                      "io.sparksteward.shim.streams.StreamCheckpointFilesV40",
+                                      # the names before the shim had packages (aliases now)
+                                      "io.sparksteward.shim.StreamCheckpointFiles",
                                       "io.sparksteward.shim.StreamCheckpointFilesV40"])
 def test_a_delegate_naming_spark_stewards_own_manager_falls_back_to_sparks_default(
         spark: Any, runtime: Any, tmp_path: Path, stop_queries: list[Any], delegate: str) -> None:
-    """Ours (or another line's, from a copied spark-defaults.conf) as the delegate would call
-    itself or fail to load: Spark's default manager is used instead."""
+    """Ours (or another line's, from a copied spark-defaults.conf, or an old name) as the delegate
+    would call itself or fail to load: Spark's default manager is used instead."""
     location = tmp_path / "ckpt"
+    name = "self_" + delegate.replace("io.sparksteward.shim.", "").replace(".", "_")
     session = _session(spark, {"spark.steward.streams.delegate-class": delegate})
-    query = _start(session, location, f"self_{delegate.rsplit('.', 1)[1]}")
+    query = _start(session, location, name)
     stop_queries.append(query)
     _wait_batches(query, 2)
     query.stop()
     runtime.flush_events()
-    assert _status(f"self_{delegate.rsplit('.', 1)[1]}").state is StreamState.STOPPED
+    assert _status(name).state is StreamState.STOPPED
+
+
+def test_a_conf_naming_the_managers_old_class_still_runs_its_queries(
+        spark: Any, runtime: Any, tmp_path: Path, stop_queries: list[Any]) -> None:
+    """A spark-defaults.conf written before the shim had packages names the manager
+    ``io.sparksteward.shim.StreamCheckpointFiles[V40]``: that class is still there (an alias of
+    the ``streams`` package's manager), so the session's queries start and run with it."""
+    line = "V40" if pyspark.__version__.startswith(("3.", "4.0")) else ""
+    session = _session(spark, {
+        "spark.sql.streaming.checkpointFileManagerClass":
+            f"io.sparksteward.shim.StreamCheckpointFiles{line}"})
+    query = _start(session, tmp_path / "ckpt", "old_manager_name")
+    stop_queries.append(query)
+    _wait_batches(query, 2)
+    query.stop()
+    runtime.flush_events()
+    assert _status("old_manager_name").state is StreamState.STOPPED

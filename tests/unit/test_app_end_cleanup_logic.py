@@ -3,8 +3,8 @@ working dir is (the same answer as Python's ``StewardConf.local_dir()`` for the 
 environment), what a removal may touch, what an executor does with the driver's answer, and
 whom the driver's stop waits for.
 
-The shim's sources are compiled here with a small driver class in their package; each case is
-one line to its stdin and one line back.
+The shim's sources are compiled here with a small driver class in the local capability's package;
+each case is one line to its stdin and one line back.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from spark_steward.kernel import shim_build
 SOURCES = Path(__file__).resolve().parents[2] / "jvm-shim" / "src" / "main" / "java"
 
 DRIVER = r'''
-package io.sparksteward.shim;
+package io.sparksteward.shim.local;
 
+import io.sparksteward.shim.kernel.LocalDirs;
+import io.sparksteward.shim.kernel.PrivateFiles;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
@@ -43,14 +45,14 @@ public final class AppEndCases {
         case "resolve": out = String.valueOf(LocalDirs.resolve(a[1])); break;
         case "normpath": out = LocalDirs.normpath(a[1]); break;
         case "safe": out = String.valueOf(LocalDirs.isSafeAppId(a[1])); break;
-        case "private": out = String.valueOf(LocalDirs.notPrivate(java.nio.file.Paths.get(a[1])));
+        case "private": out = String.valueOf(PrivateFiles.notPrivate(java.nio.file.Paths.get(a[1])));
           break;
-        case "remove": out = LocalDirs.removeAppFolder(a[1], a[2]); break;
+        case "remove": out = AppFolders.remove(a[1], a[2]); break;
         case "remove-concurrently": {
           List<Thread> threads = new ArrayList<>();
           List<String> results = java.util.Collections.synchronizedList(new ArrayList<>());
           for (int i = 0; i < 4; i++) {
-            Thread t = new Thread(() -> results.add(LocalDirs.removeAppFolder(a[1], a[2])));
+            Thread t = new Thread(() -> results.add(AppFolders.remove(a[1], a[2])));
             threads.add(t);
             t.start();
           }
@@ -132,7 +134,7 @@ def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if javac is None:
         pytest.skip("no JDK: the shim cannot be compiled here")
     root = tmp_path_factory.mktemp("app-end")
-    driver = root / "src" / "io" / "sparksteward" / "shim" / "AppEndCases.java"
+    driver = root / "src" / "io" / "sparksteward" / "shim" / "local" / "AppEndCases.java"
     driver.parent.mkdir(parents=True)
     driver.write_text(DRIVER)
     out = root / "classes"
@@ -146,7 +148,7 @@ def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run_java(classes: Path, lines: list[str], *, env: dict[str, str] | None = None,
              cwd: Path | None = None) -> list[str]:
-    result = subprocess.run(["java", "-cp", str(classes), "io.sparksteward.shim.AppEndCases"],
+    result = subprocess.run(["java", "-cp", str(classes), "io.sparksteward.shim.local.AppEndCases"],
                             input="".join(line + "\n" for line in lines), capture_output=True,
                             text=True, env=env, cwd=cwd, check=False)
     assert result.returncode == 0, result.stderr

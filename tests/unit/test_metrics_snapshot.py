@@ -18,7 +18,7 @@ from spark_steward.lifecycle.retry import RetryStrategy
 from spark_steward.storage import Storage
 from tests.unit.conftest import until
 
-JAVA = Path(__file__).resolve().parents[2] / "jvm-shim/src/main/java/io/sparksteward/shim" \
+JAVA = Path(__file__).resolve().parents[2] / "jvm-shim/src/main/java/io/sparksteward/shim/kernel" \
     / "StewardMetrics.java"
 DOC = Path(__file__).resolve().parents[2] / "docs/observability.md"
 

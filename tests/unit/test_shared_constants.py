@@ -43,14 +43,30 @@ def _without_comments(text: str) -> str:
                        else re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
+def java_file(cls: str) -> Path:
+    """``<cls>.java`` in whichever package of the shim holds it; ``cls`` is a simple name, or a
+    path from the shim's root package (``shim/streams/StreamCheckpointFiles``) for a name two
+    packages share."""
+    if "/" in cls:
+        return JAVA.parent / f"{cls}.java"
+    found = sorted(JAVA.rglob(f"{cls}.java"))
+    assert len(found) == 1, f"{len(found)} files named {cls}.java under {JAVA}: {found}"
+    return found[0]
+
+
 def java_code(cls: str) -> str:
     """The code of ``<cls>.java``, comments blanked."""
-    return _without_comments((JAVA / f"{cls}.java").read_text(encoding="utf-8"))
+    return _without_comments(java_file(cls).read_text(encoding="utf-8"))
 
 
 def java_sources() -> dict[str, str]:
-    """Every Java class of the shim: name -> code, comments blanked."""
-    return {p.stem: java_code(p.stem) for p in sorted(JAVA.glob("*.java"))}
+    """Every Java class of the shim, every package: name -> code, comments blanked. A name two
+    packages share (a deprecated alias's) is given as its path, as :func:`java_file` takes it."""
+    paths = sorted(JAVA.rglob("*.java"))
+    shared = {stem for stem, n in Counter(p.stem for p in paths).items() if n > 1}
+    names = [p.relative_to(JAVA.parent).with_suffix("").as_posix() if p.stem in shared else p.stem
+             for p in paths]
+    return {name: java_code(name) for name in names}
 
 
 def _java_literal(token: str) -> Any:
@@ -86,7 +102,7 @@ def java_value(cls: str, name: str) -> Any:
     for found, expr in _DECLARATION.findall(java_code(cls)):
         if found == name:
             return _evaluate(cls, " ".join(expr.split()))
-    raise AssertionError(f"{JAVA / (cls + '.java')} declares no constant {name}")
+    raise AssertionError(f"{java_file(cls)} declares no constant {name}")
 
 
 def _evaluate(cls: str, expr: str) -> Any:
@@ -131,7 +147,7 @@ class Shared:
 
     @property
     def java_file(self) -> Path:
-        return JAVA / f"{self.java.split('.')[0]}.java"
+        return java_file(self.java.split(".")[0])
 
     def python_value(self) -> Any:
         module, attrs = self.python.split(":")
@@ -168,32 +184,32 @@ def _have_header(temp_name: re.Pattern[str]) -> int:
 
 SHARED = [
     # The prefix Python finds the shim's messages by (its own test below allows no other use).
-    Shared("Messages.PREFIX", "spark_steward.kernel.jvm:JAVA_ERROR_PREFIX", unique=False),
+    Shared("Errors.PREFIX", "spark_steward.kernel.jvm:JAVA_ERROR_PREFIX", unique=False),
     # Config keys the shim reads or names.
-    Shared("StewardPlugin.ENABLED_KEY", "spark_steward.config:ENABLED", _name),
-    Shared("StewardPlugin.ENABLED_DEFAULT", "spark_steward.config:ENABLED", _default, unique=False),
+    Shared("StewardConf.ENABLED_KEY", "spark_steward.config:ENABLED", _name),
+    Shared("StewardConf.ENABLED_DEFAULT", "spark_steward.config:ENABLED", _default, unique=False),
     Shared("StewardListener.PREFIX", "spark_steward.config:PREFIX"),
     Shared("EventBridge.CAPACITY_KEY", "spark_steward.config:EVENTS_BUFFER_CAPACITY", _name),
     Shared("EventBridge.DEFAULT_CAPACITY", "spark_steward.config:EVENTS_BUFFER_CAPACITY",
            lambda k: k.default, unique=False),
     Shared("LocalDirs.LOCAL_DIR_KEY", "spark_steward.config:LOCAL_DIR", _name),
     Shared("ReplicaFileSystem.LOCAL_MAX_BYTES_KEY", "spark_steward.config:LOCAL_MAX_BYTES", _name),
-    Shared("PeerServer.ENABLED_KEY", "spark_steward.config:BLOB_PEER_ENABLED", _name),
-    Shared("PeerServer.MAX_CONNECTIONS_KEY", "spark_steward.config:BLOB_PEER_MAX_CONNECTIONS",
+    Shared("PeerSettings.ENABLED_KEY", "spark_steward.config:BLOB_PEER_ENABLED", _name),
+    Shared("PeerSettings.MAX_CONNECTIONS_KEY", "spark_steward.config:BLOB_PEER_MAX_CONNECTIONS",
            _name),
-    Shared("PeerServer.RATE_KEY", "spark_steward.config:BLOB_PEER_RATE", _name),
-    Shared("PeerServer.NETWORK_TIMEOUT_KEY", "spark_steward.config:BLOB_NETWORK_TIMEOUT", _name),
-    Shared("PeerServer.HANDSHAKE_TIMEOUT_KEY",
+    Shared("PeerSettings.RATE_KEY", "spark_steward.config:BLOB_PEER_RATE", _name),
+    Shared("PeerSettings.NETWORK_TIMEOUT_KEY", "spark_steward.config:BLOB_NETWORK_TIMEOUT", _name),
+    Shared("PeerSettings.HANDSHAKE_TIMEOUT_KEY",
            "spark_steward.config:BLOB_SERVER_HANDSHAKE_TIMEOUT", _name),
-    Shared("PeerServer.ENABLED_DEFAULT", "spark_steward.config:BLOB_PEER_ENABLED", _default,
+    Shared("PeerSettings.ENABLED_DEFAULT", "spark_steward.config:BLOB_PEER_ENABLED", _default,
            unique=False),
-    Shared("PeerServer.MAX_CONNECTIONS_DEFAULT", "spark_steward.config:BLOB_PEER_MAX_CONNECTIONS",
+    Shared("PeerSettings.MAX_CONNECTIONS_DEFAULT", "spark_steward.config:BLOB_PEER_MAX_CONNECTIONS",
            _default, unique=False),
-    Shared("PeerServer.RATE_DEFAULT", "spark_steward.config:BLOB_PEER_RATE", _default,
+    Shared("PeerSettings.RATE_DEFAULT", "spark_steward.config:BLOB_PEER_RATE", _default,
            unique=False),
-    Shared("PeerServer.NETWORK_TIMEOUT_DEFAULT", "spark_steward.config:BLOB_NETWORK_TIMEOUT",
+    Shared("PeerSettings.NETWORK_TIMEOUT_DEFAULT", "spark_steward.config:BLOB_NETWORK_TIMEOUT",
            _default, unique=False),
-    Shared("PeerServer.HANDSHAKE_TIMEOUT_DEFAULT",
+    Shared("PeerSettings.HANDSHAKE_TIMEOUT_DEFAULT",
            "spark_steward.config:BLOB_SERVER_HANDSHAKE_TIMEOUT", _default, unique=False),
     Shared("StreamFiles.STREAMS_ENABLED_KEY", "spark_steward.config:STREAMS_ENABLED", _name),
     Shared("StreamFiles.DELEGATE_KEY", "spark_steward.config:STREAMS_DELEGATE_CLASS", _name),
@@ -203,27 +219,27 @@ SHARED = [
     # The peer protocol of the blob capability (Python client, Java server). Words that also
     # name a reply field or a throttled warning's kind ("have", "auth", "busy",
     # "bad_request") are not unique.
-    Shared("PeerServer.PROTOCOL_VERSION", "spark_steward.blob.protocol:PROTOCOL_VERSION",
+    Shared("PeerProtocol.PROTOCOL_VERSION", "spark_steward.blob.protocol:PROTOCOL_VERSION",
            unique=False),
-    Shared("PeerServer.HEADER_SIZE", "spark_steward.blob.protocol:HEADER_SIZE", unique=False),
-    Shared("PeerServer.AUTH_DOMAIN", "spark_steward.blob.protocol:_AUTH_DOMAIN"),
-    Shared("PeerServer.AUTH_FRAME", "spark_steward.blob.server:_AUTH_FRAME", unique=False),
-    Shared("PeerServer.MIN_PIECE", "spark_steward.blob.pieces:MIN_PIECE", unique=False),
-    Shared("PeerServer.MAX_PIECE", "spark_steward.blob.pieces:MAX_PIECE", unique=False),
-    Shared("PeerServer.MAX_PIECES", "spark_steward.blob.pieces:MAX_PIECES", unique=False),
-    Shared("PeerServer.MAX_SIZE", "spark_steward.blob.pieces:MAX_BLOB", unique=False),
-    Shared("PeerServer.HAVE_SUFFIX", "spark_steward.blob.pieces:HAVE_SUFFIX"),
-    Shared("PeerServer.HAVE_HEADER", "spark_steward.blob.pieces:_TEMP_NAME", _have_header,
+    Shared("PeerProtocol.HEADER_SIZE", "spark_steward.blob.protocol:HEADER_SIZE", unique=False),
+    Shared("PeerHandshake.AUTH_DOMAIN", "spark_steward.blob.protocol:_AUTH_DOMAIN"),
+    Shared("PeerProtocol.AUTH_FRAME", "spark_steward.blob.server:_AUTH_FRAME", unique=False),
+    Shared("PeerRequest.MIN_PIECE", "spark_steward.blob.pieces:MIN_PIECE", unique=False),
+    Shared("PeerRequest.MAX_PIECE", "spark_steward.blob.pieces:MAX_PIECE", unique=False),
+    Shared("PeerRequest.MAX_PIECES", "spark_steward.blob.pieces:MAX_PIECES", unique=False),
+    Shared("PeerRequest.MAX_SIZE", "spark_steward.blob.pieces:MAX_BLOB", unique=False),
+    Shared("PieceFiles.HAVE_SUFFIX", "spark_steward.blob.pieces:HAVE_SUFFIX"),
+    Shared("PieceFiles.HAVE_HEADER", "spark_steward.blob.pieces:_TEMP_NAME", _have_header,
            unique=False),
-    Shared("PeerServer.BLOB_CACHE", "spark_steward.blob.cache:BlobCache.FOLDER"),
-    Shared("PeerServer.OP_HAVE", "spark_steward.blob.protocol:OP_HAVE", unique=False),
-    Shared("PeerServer.OP_PIECE", "spark_steward.blob.protocol:OP_PIECE", unique=False),
-    Shared("PeerServer.ERROR_AUTH", "spark_steward.blob.protocol:ERROR_AUTH", unique=False),
-    Shared("PeerServer.ERROR_BUSY", "spark_steward.blob.protocol:ERROR_BUSY", unique=False),
-    Shared("PeerServer.ERROR_BAD_REQUEST", "spark_steward.blob.protocol:ERROR_BAD_REQUEST",
+    Shared("PieceFiles.BLOB_CACHE", "spark_steward.blob.cache:BlobCache.FOLDER"),
+    Shared("PeerProtocol.OP_HAVE", "spark_steward.blob.protocol:OP_HAVE", unique=False),
+    Shared("PeerProtocol.OP_PIECE", "spark_steward.blob.protocol:OP_PIECE", unique=False),
+    Shared("PeerProtocol.ERROR_AUTH", "spark_steward.blob.protocol:ERROR_AUTH", unique=False),
+    Shared("PeerProtocol.ERROR_BUSY", "spark_steward.blob.protocol:ERROR_BUSY", unique=False),
+    Shared("PeerProtocol.ERROR_BAD_REQUEST", "spark_steward.blob.protocol:ERROR_BAD_REQUEST",
            unique=False),
-    Shared("PeerServer.ERROR_NOT_FOUND", "spark_steward.blob.protocol:ERROR_NOT_FOUND"),
-    Shared("PeerServer.ERROR_INTERNAL", "spark_steward.blob.protocol:ERROR_INTERNAL"),
+    Shared("PeerProtocol.ERROR_NOT_FOUND", "spark_steward.blob.protocol:ERROR_NOT_FOUND"),
+    Shared("PeerProtocol.ERROR_INTERNAL", "spark_steward.blob.protocol:ERROR_INTERNAL"),
     # The host-local working dir's manifest (Python writes it, the JVM's replicas too).
     Shared("LocalManifest.FOLDER", "spark_steward.local.working_dir:MANIFEST", unique=False),
     Shared("LocalManifest.COMPLETE", "spark_steward.local.working_dir:COMPLETE"),
@@ -290,16 +306,16 @@ def test_no_java_file_spells_out_a_shared_value(fact: Shared) -> None:
 
 
 
-def test_only_messages_spells_out_the_error_prefix() -> None:
-    prefix = java_value("Messages", "PREFIX")
+def test_only_errors_spells_out_the_error_prefix() -> None:
+    prefix = java_value("Errors", "PREFIX")
     offenders = []
     for cls, code in java_sources().items():
         starting = [lit for lit in _literals(code) if lit.startswith(prefix.rstrip())]
-        allowed = 1 if cls == "Messages" else 0
+        allowed = 1 if cls == "Errors" else 0
         if len(starting) > allowed:
             offenders.append(f"{cls}.java: {starting[allowed:][:3]}")
     assert not offenders, (
-        f"Java messages must start with Messages.PREFIX ({JAVA.relative_to(ROOT)}/Messages.java), "
+        f"Java messages must start with Errors.PREFIX ({java_file('Errors').relative_to(ROOT)}), "
         f"not the spelled-out {prefix!r}: " + "; ".join(offenders))
 
 
@@ -379,19 +395,20 @@ def test_java_batch_fields_are_the_ones_python_reads() -> None:
     java = set(re.findall(r'\\"(\w+)\\":', batch))
     source = (PYTHON / "spark_steward" / "kernel" / "events.py").read_text(encoding="utf-8")
     python = set(re.findall(r'raw\["(\w+)"\]', source))
+    where = java_file("EventEncoder").relative_to(ROOT)
     assert java == python, (
-        f"EventEncoder.batch writes {sorted(java)} (jvm-shim/.../EventEncoder.java) but "
+        f"EventEncoder.batch writes {sorted(java)} ({where}) but "
         f"decode_batch reads {sorted(python)} (python/spark_steward/kernel/events.py)")
 
 
 # -- the reader itself ----------------------------------------------------------------------------
 
 def test_reader_folds_what_javac_folds() -> None:
-    prefix = java_value("Messages", "PREFIX")
-    assert _evaluate("Messages", 'PREFIX + "checkpoint data "') == prefix + "checkpoint data "
-    assert _evaluate("Messages", '"a" + 1 + "b"') == "a1b"
-    assert _evaluate("Messages", "256 << 20") == 256 << 20
-    assert _evaluate("Messages", "1L << 50") == 1 << 50
-    assert _evaluate("Messages", '"STWPACK1".getBytes(StandardCharsets.US_ASCII)') == b"STWPACK1"
-    assert _evaluate("Messages", "Integer.MAX_VALUE - 64") == 2**31 - 65
+    prefix = java_value("Errors", "PREFIX")
+    assert _evaluate("Errors", 'PREFIX + "checkpoint data "') == prefix + "checkpoint data "
+    assert _evaluate("Errors", '"a" + 1 + "b"') == "a1b"
+    assert _evaluate("Errors", "256 << 20") == 256 << 20
+    assert _evaluate("Errors", "1L << 50") == 1 << 50
+    assert _evaluate("Errors", '"STWPACK1".getBytes(StandardCharsets.US_ASCII)') == b"STWPACK1"
+    assert _evaluate("Errors", "Integer.MAX_VALUE - 64") == 2**31 - 65
     assert _without_comments('a /* "x" */ "/* y */" // z\nb') == 'a           "/* y */"     \nb'

@@ -1,10 +1,10 @@
 """The data path of the checkpoint store: a DataFrame's partitions written from the executors
 into checksummed files, and read back as a DataFrame.
 
-Everything runs in the JVM (``io.sparksteward.shim.CheckpointData``): one Spark job whose tasks
-each write their partition to one file, with no Python worker in the way. This module passes
-URLs, names and the JSON records to the JVM (through :mod:`spark_steward.kernel.jvm`) and turns
-JVM failures into :class:`~spark_steward.errors.CheckpointError`.
+Everything runs in the JVM (``io.sparksteward.shim.checkpoint.CheckpointData``): one Spark job
+whose tasks each write their partition to one file, with no Python worker in the way. This module
+passes URLs, names and the JSON records to the JVM (through :mod:`spark_steward.kernel.jvm`) and
+turns JVM failures into :class:`~spark_steward.errors.CheckpointError`.
 
 File format 2 (integers little-endian): a 16-byte header ``"SSCK" | int32 version (2) | int32
 fields | int32 codec (0 none, 1 zstd, 2 LZ4 frame)``, then blocks ``int32 stored length | int32

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCHEME = "stewardrep"
-FS_CLASS = "io.sparksteward.shim.ReplicaFileSystem"
+FS_CLASS = "io.sparksteward.shim.tables.ReplicaFileSystem"
 CONF_PREFIX = "spark.steward.replica."
 _AUTHORITY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
 

@@ -2,10 +2,10 @@
 physical files (:func:`save_merged`), and restored from them by byte range
 (:func:`restore_merged`).
 
-The JVM (``io.sparksteward.shim.SegmentCodec``) turns each partition into one Arrow IPC stream
-and back; Python workers move the bytes with fsspec (:mod:`spark_steward.checkpoint.merging.segment_files`),
-so every storage spark-steward can reach works, object stores included, with no Hadoop
-connector on the executors.
+The JVM (``io.sparksteward.shim.checkpoint.SegmentCodec``) turns each partition into one Arrow
+IPC stream and back; Python workers move the bytes with fsspec
+(:mod:`spark_steward.checkpoint.merging.segment_files`), so every storage spark-steward can reach
+works, object stores included, with no Hadoop connector on the executors.
 
 Writing: the partitions are coalesced (no shuffle) into one task per executor core, and each task
 writes its partitions one after another, each as its own segment. A Python task costs tens of
@@ -20,8 +20,8 @@ of tasks.
   object is complete before the task reports success.
 
 Reading keeps one partition per segment. On filesystems the executors' JVMs read the byte
-ranges themselves (``io.sparksteward.shim.SegmentFiles``, a JVM task each); other storage is read
-by Python workers through fsspec.
+ranges themselves (``io.sparksteward.shim.checkpoint.SegmentFiles``, a JVM task each); other
+storage is read by Python workers through fsspec.
 
 Only the records of successful tasks are returned by the job, so the bytes of a killed or retried
 attempt are never referenced; they are reclaimed with the file once nothing uses it.

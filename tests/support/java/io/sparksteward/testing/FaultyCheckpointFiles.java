@@ -82,7 +82,7 @@ public final class FaultyCheckpointFiles implements CheckpointFileManager {
   /** spark-steward's own file-system calls in this JVM (StreamFiles.OWN_OPERATIONS), 0 without it. */
   private static long stewardOperations() {
     try {
-      java.lang.reflect.Field field = Class.forName("io.sparksteward.shim.StreamFiles")
+      java.lang.reflect.Field field = Class.forName("io.sparksteward.shim.streams.StreamFiles")
           .getDeclaredField("OWN_OPERATIONS");
       field.setAccessible(true);
       return ((AtomicLong) field.get(null)).get();

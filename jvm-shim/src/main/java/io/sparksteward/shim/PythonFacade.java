@@ -4,6 +4,14 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.function.Function;
 
+import io.sparksteward.shim.checkpoint.CheckpointCleanWatch;
+import io.sparksteward.shim.checkpoint.CheckpointData;
+import io.sparksteward.shim.checkpoint.SegmentCodec;
+import io.sparksteward.shim.checkpoint.SegmentFiles;
+import io.sparksteward.shim.kernel.EventBridge;
+import io.sparksteward.shim.kernel.StewardMetrics;
+import io.sparksteward.shim.streams.StreamFiles;
+import io.sparksteward.shim.tables.CachedTables;
 import org.apache.spark.SparkContext;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.sql.Dataset;
@@ -20,7 +28,13 @@ import org.apache.spark.sql.SparkSession;
  *
  * <p>Objects returned here ({@link EventBridge}, Datasets, RDDs) are handles for Python to pass
  * back; Python calls no method of the other shim classes. Spark and Hadoop instantiate {@link
- * StewardPlugin} and {@link ReplicaFileSystem} by name, which is why they stay public.
+ * StewardPlugin}, {@code tables.ReplicaFileSystem} and the {@code streams} checkpoint file
+ * managers by name, which is why they are public.
+ *
+ * <p>With {@link StewardPlugin}, the assembly layer of the shim: the one place (with the
+ * deprecated aliases beside it) that imports the capability packages, as Python's top facade
+ * does; the kernel ({@code io.sparksteward.shim.kernel}) imports no capability, and no
+ * capability another (tests/unit/test_shim_shape.py).
  */
 public final class PythonFacade {
 

@@ -4,6 +4,13 @@ import java.util.Collections;
 import java.util.HashMap;
 import java.util.Map;
 
+import io.sparksteward.shim.blob.PeerServer;
+import io.sparksteward.shim.kernel.Errors;
+import io.sparksteward.shim.kernel.EventBridge;
+import io.sparksteward.shim.kernel.StewardConf;
+import io.sparksteward.shim.kernel.StewardMetrics;
+import io.sparksteward.shim.local.AppEndDriver;
+import io.sparksteward.shim.local.AppEndExecutor;
 import org.apache.spark.SparkContext;
 import org.apache.spark.api.plugin.DriverPlugin;
 import org.apache.spark.api.plugin.ExecutorPlugin;
@@ -12,7 +19,9 @@ import org.apache.spark.api.plugin.SparkPlugin;
 import org.slf4j.LoggerFactory;
 
 /**
- * Entry point named in {@code spark.plugins}. Its driver side installs the {@link EventBridge}
+ * Entry point named in {@code spark.plugins} (users write this class's name in their conf, so it
+ * stays at the root of the shim): with {@link PythonFacade}, the assembly layer that wires the
+ * capabilities' JVM halves to Spark. Its driver side installs the {@link EventBridge}
  * while the SparkContext is still starting, so events that happen before the Python runtime
  * attaches are buffered (bounded) and delivered on attach. Both sides together remove the
  * application's host-local folder on every executor host when the application ends ({@link
@@ -21,29 +30,8 @@ import org.slf4j.LoggerFactory;
  * at context start, neither side does anything.
  */
 public final class StewardPlugin implements SparkPlugin {
-  /** {@code config.ENABLED}: the driver plugin does nothing unless it is true. */
-  static final String ENABLED_KEY = "spark.steward.enabled";
-  static final String ENABLED_DEFAULT = "false";
-
   /** The key of the plugin's extra conf holding the driver's resolved host-local working dir. */
   static final String LOCAL_DIR_KEY = "local-dir";
-
-  /**
-   * A spark-steward boolean exactly as Python's config parses it and Spark parses its own keys:
-   * {@code true}/{@code false} in any case, blanks around ignored; anything else stops the start
-   * with one line naming the key and value, as Python's ConfigError does.
-   */
-  static boolean parseBool(String key, String raw) {
-    String value = raw.trim();
-    if (value.equalsIgnoreCase("true")) {
-      return true;
-    }
-    if (value.equalsIgnoreCase("false")) {
-      return false;
-    }
-    throw new IllegalArgumentException(
-        key + "='" + raw + "' is not valid: expected true or false");
-  }
 
   @Override
   public DriverPlugin driverPlugin() {
@@ -63,7 +51,8 @@ public final class StewardPlugin implements SparkPlugin {
 
     @Override
     public Map<String, String> init(SparkContext sc, PluginContext pluginContext) {
-      if (!parseBool(ENABLED_KEY, sc.conf().get(ENABLED_KEY, ENABLED_DEFAULT))) {
+      if (!StewardConf.parseBool(StewardConf.ENABLED_KEY,
+          sc.conf().get(StewardConf.ENABLED_KEY, StewardConf.ENABLED_DEFAULT))) {
         return Collections.emptyMap();
       }
       bridge = EventBridge.install(sc);
@@ -123,7 +112,7 @@ public final class StewardPlugin implements SparkPlugin {
             peers = PeerServer.startFor(ctx, localDir);
           } catch (RuntimeException | LinkageError e) {
             // startFor logs its own failures; this is a class missing from the executor's jars.
-            LoggerFactory.getLogger(PeerServer.class).warn(Messages.PREFIX + "executor {} does not "
+            LoggerFactory.getLogger(PeerServer.class).warn(Errors.PREFIX + "executor {} does not "
                 + "serve blob pieces to other hosts: {}", ctx.executorID(), e.toString());
           }
         }

@@ -1,7 +1,9 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.checkpoint;
 
 import java.lang.ref.WeakReference;
 
+import io.sparksteward.shim.kernel.EventBridge;
+import io.sparksteward.shim.kernel.EventEncoder;
 import org.apache.spark.CleanerListener;
 import org.apache.spark.ContextCleaner;
 import org.apache.spark.SparkConf;
@@ -23,9 +25,9 @@ import scala.Option;
  *
  * <p>Python calls {@link #install} and, when it wants Spark to clean, {@link
  * #enableCleanCheckpoints} at attach ({@code spark_steward.checkpoint.spark_checkpoints}), through
- * {@link PythonFacade}.
+ * {@code PythonFacade}.
  */
-final class CheckpointCleanWatch {
+public final class CheckpointCleanWatch {
   static final String CLEAN_CHECKPOINTS = "spark.cleaner.referenceTracking.cleanCheckpoints";
   static final String EVENT = "checkpoint_cleaned";
   static final String RDD_EVENT = "rdd_cleaned";

@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.checkpoint;
 
 import java.io.EOFException;
 import java.io.FileNotFoundException;
@@ -16,6 +16,9 @@ import java.util.NoSuchElementException;
 import java.util.Set;
 import java.util.zip.Checksum;
 
+import io.sparksteward.shim.kernel.Checksums;
+import io.sparksteward.shim.kernel.Errors;
+import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.ChecksumFileSystem;
 import org.apache.hadoop.fs.FSDataInputStream;
@@ -69,14 +72,14 @@ import org.apache.spark.util.TaskCompletionListener;
  * attempts delete their file when they can; retried or speculative attempts may leave files
  * under other names: only the records {@link #write} returns count.
  */
-final class CheckpointData {
+public final class CheckpointData {
   static final int VERSION = 2;
   static final int FILE_HEADER = 12;
   static final int FILE_HEADER_V2 = 16;
   static final int BLOCK_HEADER = 12;
   static final int BLOCK_HEADER_V2 = 16;
   static final int BLOCK_TARGET = 1 << 20;
-  static final String ERROR = Messages.PREFIX + "checkpoint data ";
+  static final String ERROR = Errors.PREFIX + "checkpoint data ";
   private static final byte[] MAGIC = "SSCK".getBytes(StandardCharsets.US_ASCII);
   /** Schemes whose files appear whole at close and have no cheap rename: written in place. */
   private static final Set<String> OBJECT_STORES = Collections.unmodifiableSet(new HashSet<>(
@@ -250,8 +253,8 @@ final class CheckpointData {
   static final class BlockWriter {
     private final StructType schema;
     private final int codec;
-    private final Checksum blockCrc = SparkCompat.crc32c();
-    private final Checksum fileCrc = SparkCompat.crc32c();
+    private final Checksum blockCrc = Checksums.crc32c();
+    private final Checksum fileCrc = Checksums.crc32c();
     private byte[] buf = new byte[BLOCK_TARGET + 1024];
     private final byte[] blockHeader = new byte[BLOCK_HEADER_V2];
     private int pos;
@@ -411,7 +414,7 @@ final class CheckpointData {
     private final String url;
     private final FileSpec spec;
     private final int numFields;
-    private final Checksum fileCrc = SparkCompat.crc32c();
+    private final Checksum fileCrc = Checksums.crc32c();
     private byte[] header = new byte[BLOCK_HEADER];
     private int codec = SegmentCompression.BLOCK_NONE;
     private FSDataInputStream in;
@@ -454,7 +457,7 @@ final class CheckpointData {
         }
         return true;
       } catch (IOException e) {
-        throw CheckpointData.<RuntimeException>sneaky(e);
+        throw Errors.sneaky(e);
       }
     }
 
@@ -465,7 +468,7 @@ final class CheckpointData {
       }
       int size = rowPos + 4 <= block.length ? getIntLE(block, rowPos) : -1;
       if (size < 0 || rowPos + 4L + size > block.length) {
-        throw CheckpointData.<RuntimeException>sneaky(fail("block " + blockIndex + " row " + emitted
+        throw Errors.sneaky(fail("block " + blockIndex + " row " + emitted
             + " length " + size + " runs past the block"));
       }
       UnsafeRow row = new UnsafeRow(numFields);
@@ -473,7 +476,7 @@ final class CheckpointData {
       rowPos += 4 + size;
       emitted++;
       if (emitted == blockRows && rowPos != block.length) {
-        throw CheckpointData.<RuntimeException>sneaky(fail("block " + blockIndex + " has "
+        throw Errors.sneaky(fail("block " + blockIndex + " has "
             + (block.length - rowPos) + " bytes after its last row"));
       }
       return row;
@@ -531,7 +534,7 @@ final class CheckpointData {
       fileCrc.update(header, 0, header.length);
       byte[] data = new byte[payload];
       readFully(data, "block " + blockIndex + " payload");
-      Checksum crc = SparkCompat.crc32c();
+      Checksum crc = Checksums.crc32c();
       crc.update(data, 0, payload);
       int actual = (int) crc.getValue();
       if (actual != recorded) {

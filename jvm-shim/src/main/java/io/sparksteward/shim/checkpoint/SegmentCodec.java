@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.checkpoint;
 
 import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
@@ -14,6 +14,9 @@ import java.util.Locale;
 import java.util.NoSuchElementException;
 import java.util.zip.Checksum;
 
+import io.sparksteward.shim.kernel.Checksums;
+import io.sparksteward.shim.kernel.Errors;
+import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowStreamReader;
@@ -73,8 +76,8 @@ import org.apache.spark.util.TaskCompletionListener;
  * <p>Arrow memory comes from child allocators of Spark's root allocator, closed at the end of a
  * stream and (if still open) when the task completes: killed or failed tasks leak none.
  */
-final class SegmentCodec {
-  static final String ERROR = Messages.PREFIX + "checkpoint segment ";
+public final class SegmentCodec {
+  static final String ERROR = Errors.PREFIX + "checkpoint segment ";
   /** {@code segment_files.DATA}: an element holding the next piece of the stream. */
   static final char DATA = 'D';
   /** {@code segment_files.END}: the last element, the partition's record. */
@@ -151,7 +154,7 @@ final class SegmentCodec {
     try {
       vectors.close();
     } catch (Exception e) {
-      throw CheckpointData.<RuntimeException>sneaky(e);
+      throw Errors.sneaky(e);
     } finally {
       allocator.close(); // idempotent
     }
@@ -189,7 +192,7 @@ final class SegmentCodec {
       private final int partition;
       private final Iterator<InternalRow> rows;
       private final Pending pending = new Pending(Math.min(chunkBytes, 1 << 20) + (64 << 10));
-      private final Checksum crc = SparkCompat.crc32c();
+      private final Checksum crc = Checksums.crc32c();
       private final MessageDigest sha;
       private final VectorSchemaRoot root;
       private final BufferAllocator allocator;
@@ -232,7 +235,7 @@ final class SegmentCodec {
             writeBatchOrEnd();
           }
         } catch (IOException e) {
-          throw CheckpointData.<RuntimeException>sneaky(e);
+          throw Errors.sneaky(e);
         }
         if (pending.size() > 0) {
           byte[] piece = pending.take(DATA, chunkBytes);
@@ -244,8 +247,8 @@ final class SegmentCodec {
         done = true;
         String record = String.format(Locale.ROOT, END
             + "{\"partition\":%d,\"rows\":%d,\"length\":%d,\"crc32c\":\"%s\",\"sha256\":\"%s\"}",
-            partition, rowCount, length, CheckpointData.hex((int) crc.getValue()),
-            SparkCompat.hex(sha.digest()));
+            partition, rowCount, length, Checksums.hex32((int) crc.getValue()),
+            Checksums.hex(sha.digest()));
         return record.getBytes(StandardCharsets.UTF_8);
       }
 
@@ -411,7 +414,7 @@ final class SegmentCodec {
           } catch (RuntimeException suppressed) {
             failure.addSuppressed(suppressed);
           }
-          throw CheckpointData.<RuntimeException>sneaky(failure);
+          throw Errors.sneaky(failure);
         }
       }
 

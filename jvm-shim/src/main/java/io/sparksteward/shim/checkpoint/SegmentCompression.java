@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.checkpoint;
 
 import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
@@ -8,6 +8,7 @@ import java.io.OutputStream;
 import java.util.Locale;
 
 import com.github.luben.zstd.Zstd;
+import io.sparksteward.shim.kernel.Errors;
 import net.jpountz.lz4.LZ4FrameInputStream;
 import net.jpountz.lz4.LZ4FrameOutputStream;
 import org.apache.arrow.memory.ArrowBuf;
@@ -27,7 +28,7 @@ import org.apache.arrow.vector.compression.NoCompressionCodec;
  * with nothing of ours. Decompression bounds what a hostile length claims before allocating.
  */
 final class SegmentCompression {
-  static final String ERROR = Messages.PREFIX + "compressed ";
+  static final String ERROR = Errors.PREFIX + "compressed ";
   /** zstd level: 1 compresses checkpoint columns as small as 3 does, faster (bench/RESULTS.md). */
   static final int ZSTD_LEVEL = 1;
   /** A buffer or block never claims more than this many bytes uncompressed. */

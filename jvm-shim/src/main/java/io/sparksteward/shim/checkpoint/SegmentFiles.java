@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.checkpoint;
 
 import java.io.DataInputStream;
 import java.io.File;
@@ -14,6 +14,8 @@ import java.util.Locale;
 import java.util.NoSuchElementException;
 import java.util.zip.Checksum;
 
+import io.sparksteward.shim.kernel.Checksums;
+import io.sparksteward.shim.kernel.Errors;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileSystem;
@@ -40,7 +42,7 @@ import org.apache.spark.util.TaskCompletionListener;
  * the action) with an error naming the checkpoint, the partition, the file and the byte range,
  * worded like the Python reader's.
  */
-final class SegmentFiles {
+public final class SegmentFiles {
   static final int PIECE = 4 << 20;
 
   private SegmentFiles() {}
@@ -122,7 +124,7 @@ final class SegmentFiles {
     private final Configuration conf;
     private final Spec spec;
     private final String what;
-    private final Checksum crc = SparkCompat.crc32c();
+    private final Checksum crc = Checksums.crc32c();
     private DataInputStream in; // FSDataInputStream is one too
     private long left;
 
@@ -199,13 +201,13 @@ final class SegmentFiles {
         if (left == 0) {
           close();
           if ((int) crc.getValue() != spec.crc) {
-            throw fail("crc32c " + CheckpointData.hex((int) crc.getValue()) + " != recorded "
-                + CheckpointData.hex(spec.crc) + " (the bytes changed on storage)", null);
+            throw fail("crc32c " + Checksums.hex32((int) crc.getValue()) + " != recorded "
+                + Checksums.hex32(spec.crc) + " (the bytes changed on storage)", null);
           }
         }
         return piece;
       } catch (IOException e) {
-        throw CheckpointData.<RuntimeException>sneaky(e);
+        throw Errors.sneaky(e);
       }
     }
 

@@ -1,15 +1,15 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.kernel;
 
 import java.util.List;
 
 import org.apache.spark.SparkContext;
 
 /**
- * Hands Spark's events to Python. Python pulls batches with {@link #drain} (through {@link
- * PythonFacade#drainEvents}): a plain call from Python into the JVM, so no py4j callback server
+ * Hands Spark's events to Python. Python pulls batches with {@link #drain} (through {@code
+ * PythonFacade.drainEvents}): a plain call from Python into the JVM, so no py4j callback server
  * is needed and Spark's listener thread never waits for Python.
  */
-final class EventBridge {
+public final class EventBridge {
   static final String CAPACITY_KEY = "spark.steward.events.buffer-capacity";
   static final int DEFAULT_CAPACITY = 100_000;
   private static final String QUEUE = "steward";
@@ -53,7 +53,7 @@ final class EventBridge {
   }
 
   /** Whether this bridge serves {@code context}. */
-  boolean serves(SparkContext context) {
+  public boolean serves(SparkContext context) {
     return sc == context;
   }
 
@@ -84,7 +84,7 @@ final class EventBridge {
    * Enqueues an event produced outside Spark's listener bus (such as the ContextCleaner's thread)
    * when this bridge serves {@code source}; never blocks: a full buffer drops and counts it.
    */
-  boolean offerFrom(SparkContext source, EventEncoder.Builder event) {
+  public boolean offerFrom(SparkContext source, EventEncoder.Builder event) {
     return source == sc && buffer.offer(event);
   }
 
@@ -92,11 +92,11 @@ final class EventBridge {
    * Enqueues an event of the current context produced where no SparkContext is at hand (a
    * checkpoint file manager Spark constructed on the driver); never blocks.
    */
-  boolean offerCurrent(EventEncoder.Builder event) {
+  public boolean offerCurrent(EventEncoder.Builder event) {
     return !stopped && buffer.offer(event);
   }
 
-  void markStopped() {
+  public void markStopped() {
     stopped = true;
   }
 

@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.kernel;
 
 import java.util.ArrayList;
 import java.util.List;

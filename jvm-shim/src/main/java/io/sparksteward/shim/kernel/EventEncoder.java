@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.kernel;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -9,10 +9,10 @@ import java.util.List;
  * cross py4j as plain strings, never as live JVM objects, so Python holds no references into the
  * JVM and one call carries a whole batch; positions instead of names halve the bytes.
  */
-final class EventEncoder {
+public final class EventEncoder {
   private EventEncoder() {}
 
-  static Builder event(String type, long timeMillis) {
+  public static Builder event(String type, long timeMillis) {
     return new Builder().str(type).num(timeMillis);
   }
 
@@ -32,7 +32,7 @@ final class EventEncoder {
     return sb.append("]}").toString();
   }
 
-  static void quote(StringBuilder sb, String s) {
+  public static void quote(StringBuilder sb, String s) {
     sb.append('"');
     for (int i = 0; i < s.length(); i++) {
       char c = s.charAt(i);
@@ -54,11 +54,11 @@ final class EventEncoder {
   }
 
   /** Appends fields in order; {@code seq} is assigned last, by the buffer, under its lock. */
-  static final class Builder {
+  public static final class Builder {
     private final StringBuilder body = new StringBuilder(96);
     private long seq;
 
-    Builder str(String value) {
+    public Builder str(String value) {
       next();
       if (value == null) {
         body.append("null");
@@ -68,13 +68,13 @@ final class EventEncoder {
       return this;
     }
 
-    Builder num(long value) {
+    public Builder num(long value) {
       next();
       body.append(value);
       return this;
     }
 
-    Builder nums(List<Integer> values) {
+    public Builder nums(List<Integer> values) {
       next();
       body.append('[');
       for (int i = 0; i < values.size(); i++) {
@@ -87,7 +87,7 @@ final class EventEncoder {
       return this;
     }
 
-    Builder map(List<String[]> pairs) {
+    public Builder map(List<String[]> pairs) {
       next();
       body.append('{');
       for (int i = 0; i < pairs.size(); i++) {

@@ -1,23 +1,16 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.kernel;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.SeekableByteChannel;
-import java.nio.file.DirectoryStream;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
 import java.nio.file.InvalidPathException;
 import java.nio.file.LinkOption;
-import java.nio.file.NoSuchFileException;
 import java.nio.file.OpenOption;
 import java.nio.file.Path;
 import java.nio.file.Paths;
-import java.nio.file.SecureDirectoryStream;
 import java.nio.file.StandardOpenOption;
-import java.nio.file.attribute.BasicFileAttributeView;
-import java.nio.file.attribute.BasicFileAttributes;
-import java.nio.file.attribute.FileAttribute;
-import java.nio.file.attribute.PosixFilePermission;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.security.SecureRandom;
 import java.util.ArrayDeque;
@@ -27,12 +20,12 @@ import java.util.Deque;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import java.util.regex.Pattern;
 
 /**
- * The host-local working dir on the JVM side: where it is, and removing one application's folder
- * in it. The one place the shim decides either.
+ * The host-local working dir on the JVM side: where it is, and which application ids may name a
+ * folder in it. The one place the shim decides either; every capability that touches the dir
+ * from a JVM asks here (and {@link PrivateFiles} for how it writes there).
  *
  * <p>{@link #resolve} is Python's {@code StewardConf.local_dir()}: {@code spark.steward.local.dir}
  * (stripped), else {@code <tempfile.gettempdir()>/spark-steward-<uid>/local} with Python's rule
@@ -42,8 +35,8 @@ import java.util.regex.Pattern;
  * context; the driver plugin resolves it here in the same process environment and hands it to
  * the executor plugins the same way.
  */
-final class LocalDirs {
-  static final String LOCAL_DIR_KEY = "spark.steward.local.dir";
+public final class LocalDirs {
+  public static final String LOCAL_DIR_KEY = "spark.steward.local.dir";
 
   /** {@code applications._APP_ID}: application ids become path segments. */
   private static final Pattern APP_ID = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._-]{0,200}");
@@ -51,65 +44,16 @@ final class LocalDirs {
   private static final String[] TEMP_DIRS = {"/tmp", "/var/tmp", "/usr/tmp"};
   private static final char[] NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_".toCharArray();
   private static final SecureRandom RANDOM = new SecureRandom();
-  /**
-   * Python's {@code private.py} modes: what spark-steward makes in the local dir is its user's
-   * only (0700 folders, 0600 files), given at creation so nothing is ever briefly readable.
-   */
-  static final FileAttribute<Set<PosixFilePermission>> PRIVATE_DIR =
-      PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rwx------"));
-  static final FileAttribute<Set<PosixFilePermission>> PRIVATE_FILE =
-      PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------"));
 
   private LocalDirs() {}
 
-  /** {@code Files.createDirectories}, every folder it creates 0700. */
-  static void createPrivateDirectories(Path dir) throws IOException {
-    Files.createDirectories(dir, PRIVATE_DIR);
-  }
-
-  /**
-   * Why the local dir {@code root} must not receive this user's files, or null when it may (a
-   * missing one is created 0700): Python's {@code private.ensure_private_root} for a JVM that
-   * writes there before any Python task of the application ran on its host. A symbolic link,
-   * a directory of another user's, or one others may write is refused: its owner could read or
-   * swap what is put there.
-   */
-  static String notPrivate(Path root) {
-    try {
-      BasicFileAttributes basic = Files.readAttributes(root, BasicFileAttributes.class,
-          LinkOption.NOFOLLOW_LINKS);
-      if (basic.isSymbolicLink()) {
-        return root + " is a symbolic link";
-      }
-      if (!basic.isDirectory()) {
-        return root + " exists and is not a directory";
-      }
-      Set<PosixFilePermission> perms = Files.getPosixFilePermissions(root,
-          LinkOption.NOFOLLOW_LINKS);
-      if (perms.contains(PosixFilePermission.GROUP_WRITE)
-          || perms.contains(PosixFilePermission.OTHERS_WRITE)) {
-        return root + " is writable by other users";
-      }
-      Object owner = Files.getAttribute(root, "unix:uid", LinkOption.NOFOLLOW_LINKS);
-      long me = uid();
-      if (owner instanceof Integer && ((Integer) owner).longValue() != me) {
-        return root + " is owned by uid " + owner + ", not this user (uid " + me + ")";
-      }
-      return null;
-    } catch (NoSuchFileException e) {
-      return null;
-    } catch (IOException | UnsupportedOperationException | IllegalArgumentException e) {
-      return root + " cannot be checked: " + e;
-    }
-  }
-
   /** The working dir for {@code configured} (the conf value, or null) in this process. */
-  static String resolve(String configured) {
+  public static String resolve(String configured) {
     return resolve(configured, System.getenv(), System.getProperty("user.dir"), uid());
   }
 
   /** Python's {@code os.getuid()}: the default dir is per user, as {@code spark-steward-<uid>}. */
-  static long uid() {
+  public static long uid() {
     return SparkCompat.processUid();
   }
 
@@ -164,8 +108,11 @@ final class LocalDirs {
     return normpath(path);
   }
 
-  /** Python's {@code posixpath.normpath} (lexical; two leading slashes are kept, as there). */
-  static String normpath(String path) {
+  /**
+   * Python's {@code posixpath.normpath} (lexical; two leading slashes are kept, as there).
+   * Public for tests/unit/test_app_end_cleanup_logic.py, which checks it against Python's.
+   */
+  public static String normpath(String path) {
     if (path.isEmpty()) {
       return ".";
     }
@@ -228,113 +175,7 @@ final class LocalDirs {
   }
 
   /** {@code applications.validate_app_id}'s rule. */
-  static boolean isSafeAppId(String appId) {
+  public static boolean isSafeAppId(String appId) {
     return appId != null && APP_ID.matcher(appId).matches();
-  }
-
-  /**
-   * Removes {@code <localDir>/<appId>} and everything below it, never following a symbolic
-   * link: a link inside is removed as a link, and a folder that is itself a link is refused. Only
-   * that one folder is touched: never {@code localDir} itself or another application's folder.
-   * Another process removing the same tree at the same time is fine.
-   *
-   * @return {@code removed}, {@code absent} (nothing there), {@code refused: why} or {@code
-   *     failed: why}
-   */
-  static String removeAppFolder(String localDir, String appId) {
-    if (!isSafeAppId(appId)) {
-      return "refused: application id '" + appId + "' is not a safe path segment";
-    }
-    if (localDir == null || localDir.isEmpty()) {
-      return "refused: no local dir";
-    }
-    Path root;
-    try {
-      root = Paths.get(localDir);
-    } catch (InvalidPathException e) {
-      return "refused: local dir '" + localDir + "' is not a path";
-    }
-    Path folder = root.resolve(appId);
-    if (Files.isSymbolicLink(folder)) {
-      return "refused: " + folder + " is a symbolic link";
-    }
-    if (!Files.exists(folder, LinkOption.NOFOLLOW_LINKS)) {
-      return "absent";
-    }
-    if (!Files.isDirectory(folder, LinkOption.NOFOLLOW_LINKS)) {
-      return "refused: " + folder + " is not a directory";
-    }
-    List<String> errors = new ArrayList<>();
-    // Twice: a file written into the tree while it was being removed leaves its dir behind.
-    for (int pass = 0; pass < 2 && Files.exists(folder, LinkOption.NOFOLLOW_LINKS); pass++) {
-      errors.clear();
-      try (DirectoryStream<Path> parent = Files.newDirectoryStream(root)) {
-        if (parent instanceof SecureDirectoryStream) {
-          removeBelow((SecureDirectoryStream<Path>) parent, Paths.get(appId), errors);
-        } else {
-          removeByPath(folder, errors);
-        }
-      } catch (NoSuchFileException e) {
-        break;
-      } catch (IOException e) {
-        errors.add(root + ": " + e);
-      }
-    }
-    if (!Files.exists(folder, LinkOption.NOFOLLOW_LINKS)) {
-      return "removed";
-    }
-    return "failed: " + (errors.isEmpty() ? folder + " is still there"
-        : String.join("; ", errors.subList(0, Math.min(3, errors.size()))));
-  }
-
-  /** Removes {@code name} below the open {@code parent}, opening directories without links. */
-  private static void removeBelow(SecureDirectoryStream<Path> parent, Path name,
-      List<String> errors) {
-    try {
-      BasicFileAttributes attrs = parent
-          .getFileAttributeView(name, BasicFileAttributeView.class, LinkOption.NOFOLLOW_LINKS)
-          .readAttributes();
-      if (attrs.isDirectory()) {
-        List<Path> entries = new ArrayList<>();
-        try (SecureDirectoryStream<Path> dir =
-            parent.newDirectoryStream(name, LinkOption.NOFOLLOW_LINKS)) {
-          for (Path entry : dir) {
-            entries.add(entry.getFileName());
-          }
-          for (Path entry : entries) {
-            removeBelow(dir, entry, errors);
-          }
-        }
-        parent.deleteDirectory(name);
-      } else {
-        parent.deleteFile(name);
-      }
-    } catch (NoSuchFileException e) {
-      // Gone already: another executor of this application on this host removed it.
-    } catch (IOException e) {
-      errors.add(name + ": " + e);
-    }
-  }
-
-  /** Where directories cannot be opened relative to each other: by path, without links. */
-  private static void removeByPath(Path path, List<String> errors) {
-    try {
-      if (Files.isDirectory(path, LinkOption.NOFOLLOW_LINKS)) {
-        List<Path> entries = new ArrayList<>();
-        try (DirectoryStream<Path> dir = Files.newDirectoryStream(path)) {
-          for (Path entry : dir) {
-            entries.add(entry);
-          }
-        }
-        for (Path entry : entries) {
-          removeByPath(entry, errors);
-        }
-      }
-      Files.deleteIfExists(path);
-    } catch (NoSuchFileException e) {
-      // Gone already.
-    } catch (IOException e) {
-      errors.add(path + ": " + e);
-    }
   }
 }

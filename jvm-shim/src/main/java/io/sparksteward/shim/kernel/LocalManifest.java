@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.kernel;
 
 import com.fasterxml.jackson.core.json.JsonWriteFeature;
 import com.fasterxml.jackson.databind.JsonNode;
@@ -29,16 +29,16 @@ import org.slf4j.LoggerFactory;
  * while a writer announced it; written to a temp name, synced, renamed, directory synced. Numbers
  * are whole (the record's time in seconds), so both languages compute the same canonical JSON.
  */
-final class LocalManifest {
+public final class LocalManifest {
   private static final Logger LOG = LoggerFactory.getLogger(LocalManifest.class);
   /** {@code working_dir.MANIFEST}: the folder of the records, under the working dir. */
-  static final String FOLDER = "manifest";
+  public static final String FOLDER = "manifest";
   /** The suffix of a complete record. */
-  static final String COMPLETE = "rec";
+  public static final String COMPLETE = "rec";
   /** The suffix of a record a writer announced and has not finished. */
-  static final String WRITING = "writing";
+  public static final String WRITING = "writing";
   /** {@code records.FORMAT}: the envelope's format number. */
-  static final int FORMAT = 1;
+  public static final int FORMAT = 1;
   private static final ObjectMapper JSON =
       JsonMapper.builder().enable(JsonWriteFeature.ESCAPE_NON_ASCII).build();
 
@@ -47,7 +47,7 @@ final class LocalManifest {
   private final String capability;
   private final String scope;
 
-  LocalManifest(java.nio.file.Path workDir, String appId, String capability, String scope) {
+  public LocalManifest(java.nio.file.Path workDir, String appId, String capability, String scope) {
     this.workDir = workDir;
     this.appId = appId;
     this.capability = capability;
@@ -55,7 +55,7 @@ final class LocalManifest {
   }
 
   /** Bytes of every complete record (the working dir's use, for the byte bound). */
-  long usage() throws IOException {
+  public long usage() throws IOException {
     long total = 0;
     java.nio.file.Path manifest = workDir.resolve(FOLDER);
     if (!Files.isDirectory(manifest)) {
@@ -74,7 +74,7 @@ final class LocalManifest {
     return total;
   }
 
-  Map<String, Object> body(String entry, long size, long crc, String state) {
+  public Map<String, Object> body(String entry, long size, long crc, String state) {
     Map<String, Object> body = new TreeMap<>();
     body.put("app_id", appId);
     body.put("capability", capability);
@@ -90,7 +90,7 @@ final class LocalManifest {
   }
 
   /** Python's {@code urllib.parse.quote(entry, safe='')}: the record's file name. */
-  static String quote(String entry) {
+  public static String quote(String entry) {
     StringBuilder out = new StringBuilder();
     for (byte b : entry.getBytes(StandardCharsets.UTF_8)) {
       int c = b & 0xff;
@@ -104,7 +104,7 @@ final class LocalManifest {
     return out.toString();
   }
 
-  java.nio.file.Path path(String entry, String suffix) {
+  public java.nio.file.Path path(String entry, String suffix) {
     return workDir.resolve(FOLDER).resolve(quote(entry) + "." + suffix);
   }
 
@@ -123,22 +123,22 @@ final class LocalManifest {
     return out.append('}').toString();
   }
 
-  void write(String entry, String suffix, Map<String, Object> body)
+  public void write(String entry, String suffix, Map<String, Object> body)
       throws IOException {
     String canonicalBody = canonical(body);
-    Checksum crc = SparkCompat.crc32c();
+    Checksum crc = Checksums.crc32c();
     byte[] canonicalBytes = canonicalBody.getBytes(StandardCharsets.UTF_8);
     crc.update(canonicalBytes, 0, canonicalBytes.length);
     String envelope = "{\"body\":" + canonicalBody + ",\"crc32c\":\""
         + String.format("%08x", crc.getValue()) + ("\",\"format\":" + FORMAT + "}\n");
     java.nio.file.Path path = path(entry, suffix);
-    LocalDirs.createPrivateDirectories(path.getParent());
+    PrivateFiles.createDirectories(path.getParent());
     java.nio.file.Path tmp = path.resolveSibling(
         "." + path.getFileName() + ".tmp-" + UUID.randomUUID().toString().substring(0, 12));
     try {
       try (FileChannel out = FileChannel.open(tmp,
           EnumSet.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE),
-          LocalDirs.PRIVATE_FILE)) {
+          PrivateFiles.FILE_MODE)) {
         ByteBuffer bb = ByteBuffer.wrap(envelope.getBytes(StandardCharsets.UTF_8));
         while (bb.hasRemaining()) {
           out.write(bb);
@@ -152,7 +152,7 @@ final class LocalManifest {
     fsyncDir(path.getParent());
   }
 
-  JsonNode read(String entry, String suffix) {
+  public JsonNode read(String entry, String suffix) {
     java.nio.file.Path path = path(entry, suffix);
     try {
       JsonNode envelope = JSON.readTree(Files.readAllBytes(path));
@@ -162,24 +162,24 @@ final class LocalManifest {
         fields.put(e.getKey(), e.getValue().isNumber() ? (Object) e.getValue().numberValue()
             : (Object) e.getValue().asText());
       }
-      Checksum crc = SparkCompat.crc32c();
+      Checksum crc = Checksums.crc32c();
       byte[] canonicalBytes = canonical(fields).getBytes(StandardCharsets.UTF_8);
       crc.update(canonicalBytes, 0, canonicalBytes.length);
       if (!String.format("%08x", crc.getValue()).equals(envelope.path("crc32c").asText())) {
-        LOG.warn(Messages.PREFIX + "manifest record {} fails verification; ignored", path);
+        LOG.warn(Errors.PREFIX + "manifest record {} fails verification; ignored", path);
         return null;
       }
       return body;
     } catch (NoSuchFileException | FileNotFoundException e) {
       return null;
     } catch (IOException | RuntimeException e) {
-      LOG.warn(Messages.PREFIX + "manifest record {} is unreadable ({}); ignored", path,
+      LOG.warn(Errors.PREFIX + "manifest record {} is unreadable ({}); ignored", path,
           e.toString());
       return null;
     }
   }
 
-  static void fsyncDir(java.nio.file.Path dir) throws IOException {
+  public static void fsyncDir(java.nio.file.Path dir) throws IOException {
     try (FileChannel ch = FileChannel.open(dir, StandardOpenOption.READ)) {
       ch.force(true);
     }

@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.kernel;
 
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.MethodHandles;
@@ -7,10 +7,9 @@ import java.lang.reflect.Constructor;
 import java.lang.reflect.Method;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.zip.Checksum;
 
 import org.apache.arrow.vector.types.pojo.Schema;
-import org.apache.hadoop.util.PureJavaCrc32C;
+import org.apache.spark.api.plugin.PluginContext;
 import org.apache.spark.api.python.PythonFunction;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.scheduler.SparkListenerJobStart;
@@ -57,18 +56,20 @@ import scala.Option;
  * found); one a line lacks fails its feature with an UnsupportedOperationException naming the
  * feature and the Spark version.
  *
- * <p>The shim is compiled for Java 8 (Spark 3.5 runs on Java 8, 11 and 17), so the newer JDK
- * class it wants, {@code java.util.zip.CRC32C} (Java 9), is reached through {@link #crc32c}, and
- * the process uid, outside the API javac offers for Java 8, through {@link #processUid}.
+ * <p>The shim is compiled for Java 8 (Spark 3.5 runs on Java 8, 11 and 17), so the process uid,
+ * outside the API javac offers for Java 8, is read through {@link #processUid} (and the JDK's
+ * CRC-32C through {@link Checksums#crc32c}).
+ *
+ * <p>Public: every capability of the shim reaches Spark through it.
  */
-final class SparkCompat {
+public final class SparkCompat {
   private static final String SQL = "org.apache.spark.sql.";
   private static final String CLASSIC = "org.apache.spark.sql.classic.";
 
   private SparkCompat() {}
 
   /** The version of the Spark the shim runs in, e.g. "3.5.9". */
-  static String sparkVersion() {
+  public static String sparkVersion() {
     return org.apache.spark.package$.MODULE$.SPARK_VERSION();
   }
 
@@ -76,7 +77,7 @@ final class SparkCompat {
 
   /** The elements of any Scala collection, in order. */
   @SuppressWarnings("unchecked")
-  static <T> List<T> list(Object scalaIterable) {
+  public static <T> List<T> list(Object scalaIterable) {
     List<T> out = new ArrayList<>();
     scala.collection.Iterator<?> it = ((scala.collection.Iterable<?>) scalaIterable).iterator();
     while (it.hasNext()) {
@@ -87,7 +88,7 @@ final class SparkCompat {
 
   /** An immutable Scala List, which is the Seq either Scala version's Spark asks for. */
   @SuppressWarnings("unchecked")
-  static <T> scala.collection.immutable.List<T> seq(List<? extends T> items) {
+  public static <T> scala.collection.immutable.List<T> seq(List<? extends T> items) {
     scala.collection.immutable.List<T> out =
         (scala.collection.immutable.List<T>) (Object) scala.collection.immutable.Nil$.MODULE$;
     for (int i = items.size() - 1; i >= 0; i--) {
@@ -115,44 +116,44 @@ final class SparkCompat {
         method(CatalogV2Util.class, "structTypeToV2Columns", 1));
   }
 
-  static List<Attribute> output(LogicalPlan plan) {
+  public static List<Attribute> output(LogicalPlan plan) {
     return list(call(Plans.OUTPUT, "plan output", plan));
   }
 
-  static List<LogicalPlan> children(LogicalPlan plan) {
+  public static List<LogicalPlan> children(LogicalPlan plan) {
     return list(call(Plans.CHILDREN, "plan children", plan));
   }
 
-  static List<Expression> children(Expression expression) {
+  public static List<Expression> children(Expression expression) {
     return list(call(Plans.CHILDREN, "expression children", expression));
   }
 
-  static List<Expression> expressions(LogicalPlan plan) {
+  public static List<Expression> expressions(LogicalPlan plan) {
     return list(call(Plans.EXPRESSIONS, "plan expressions", plan));
   }
 
-  static List<InternalRow> localRows(LocalRelation relation) {
+  public static List<InternalRow> localRows(LocalRelation relation) {
     return list(call(Plans.LOCAL_DATA, "local relation rows", relation));
   }
 
   /** The pickled bytes of a Python function expression. */
-  static List<Byte> pythonCommand(PythonFuncExpression expression) {
+  public static List<Byte> pythonCommand(PythonFuncExpression expression) {
     return list(call(Plans.COMMAND, "Python function bytes", expression.func()));
   }
 
   /** {@code child AS name} keeping the expression id {@code exprId} of {@code wanted}. */
-  static NamedExpression alias(Expression child, Attribute wanted) {
+  public static NamedExpression alias(Expression child, Attribute wanted) {
     scala.collection.immutable.List<String> none = seq(new ArrayList<String>());
     return (NamedExpression) call(Plans.ALIAS, "Alias", child, wanted.name(), wanted.exprId(),
         none, Option.empty(), none);
   }
 
-  static LogicalPlan project(List<NamedExpression> projections, LogicalPlan child) {
+  public static LogicalPlan project(List<NamedExpression> projections, LogicalPlan child) {
     return (LogicalPlan) call(Plans.PROJECT, "Project", seq(projections), child);
   }
 
   /** A batch LogicalRelation of {@code template}'s relation and table with {@code output}. */
-  static LogicalPlan logicalRelation(LogicalRelation template, List<AttributeReference> output) {
+  public static LogicalPlan logicalRelation(LogicalRelation template, List<AttributeReference> output) {
     MethodHandle made = need(Plans.LOGICAL_RELATION, "LogicalRelation");
     return made.type().parameterCount() == 5
         ? (LogicalPlan) call(made, "LogicalRelation", template.relation(), seq(output),
@@ -162,7 +163,7 @@ final class SparkCompat {
   }
 
   /** A DSv2 table's columns for {@code schema}, as 4.3 makes them (metadata left in place). */
-  static Column[] v2Columns(StructType schema) {
+  public static Column[] v2Columns(StructType schema) {
     MethodHandle made = need(Plans.V2_COLUMNS, "DSv2 columns");
     return made.type().parameterCount() == 2
         ? (Column[]) call(made, "DSv2 columns", schema, false)
@@ -184,23 +185,23 @@ final class SparkCompat {
 
   /** A DataFrame over {@code plan} (analyzed now, as {@code Dataset.ofRows} does). */
   @SuppressWarnings("unchecked")
-  static Dataset<Row> ofRows(SparkSession session, LogicalPlan plan) {
+  public static Dataset<Row> ofRows(SparkSession session, LogicalPlan plan) {
     return (Dataset<Row>) call(Sessions.OF_ROWS, "DataFrame of a plan", session, plan);
   }
 
   /** A DataFrame over internal rows of {@code schema} (no conversion of the rows). */
   @SuppressWarnings("unchecked")
-  static Dataset<Row> internalCreateDataFrame(SparkSession session, RDD<InternalRow> rows,
+  public static Dataset<Row> internalCreateDataFrame(SparkSession session, RDD<InternalRow> rows,
       StructType schema) {
     return (Dataset<Row>) call(Sessions.INTERNAL_CREATE, "DataFrame of internal rows", session,
         rows, schema, false);
   }
 
-  static List<Rule<LogicalPlan>> extraOptimizations(ExperimentalMethods experimental) {
+  public static List<Rule<LogicalPlan>> extraOptimizations(ExperimentalMethods experimental) {
     return list(call(Sessions.EXTRA_OPTIMIZATIONS, "extra optimizer rules", experimental));
   }
 
-  static void setExtraOptimizations(ExperimentalMethods experimental,
+  public static void setExtraOptimizations(ExperimentalMethods experimental,
       List<Rule<LogicalPlan>> rules) {
     call(Sessions.SET_EXTRA_OPTIMIZATIONS, "extra optimizer rules", experimental, seq(rules));
   }
@@ -214,76 +215,64 @@ final class SparkCompat {
         method(ArrowUtils.class, "toArrowSchema", 5), method(ArrowUtils.class, "toArrowSchema", 4));
   }
 
-  static List<Integer> stageIds(SparkListenerJobStart event) {
+  public static List<Integer> stageIds(SparkListenerJobStart event) {
     return list(call(Others.STAGE_IDS, "job stage ids", event));
   }
 
   /** Spark's Arrow schema for {@code schema}: duplicate names fail, no large variable types. */
-  static Schema arrowSchema(StructType schema, String timeZone) {
+  public static Schema arrowSchema(StructType schema, String timeZone) {
     MethodHandle made = need(Others.ARROW_SCHEMA, "Arrow schema");
     return made.type().parameterCount() == 5
         ? (Schema) call(made, "Arrow schema", schema, timeZone, true, false, false)
         : (Schema) call(made, "Arrow schema", schema, timeZone, true, false);
   }
 
-  // -- Java 8 ------------------------------------------------------------------------------------
+  // -- executors --------------------------------------------------------------------------------
 
-  private static final class Java {
-    static final MethodHandle CRC32C = javaCrc32c();
-
-    private static MethodHandle javaCrc32c() {
-      try {
-        return MethodHandles.publicLookup()
-            .findConstructor(Class.forName("java.util.zip.CRC32C"),
-                MethodType.methodType(void.class))
-            .asType(MethodType.methodType(Checksum.class));
-      } catch (ReflectiveOperationException e) {
-        return null; // Java 8: Hadoop's pure-Java one (same values, slower)
-      }
-    }
-  }
-
-  /** A new CRC-32C: the JDK's intrinsic one from Java 9, Hadoop's on Java 8. */
-  static Checksum crc32c() {
-    if (Java.CRC32C == null) {
-      return new PureJavaCrc32C();
+  /**
+   * This executor's host. {@code PluginContext.hostname()} reads the executor RpcEnv's server
+   * address, which a client-only executor RpcEnv (Spark 4) lacks: then the block manager's host,
+   * then the JVM's own name for its host.
+   */
+  public static String hostname(PluginContext ctx) {
+    try {
+      return ctx.hostname();
+    } catch (RuntimeException e) {
+      // Below.
     }
     try {
-      return (Checksum) Java.CRC32C.invokeExact();
-    } catch (Throwable t) {
-      throw CheckpointData.<RuntimeException>sneaky(t);
+      return org.apache.spark.SparkEnv.get().blockManager().blockManagerId().host();
+    } catch (RuntimeException e) {
+      // Below.
+    }
+    try {
+      return java.net.InetAddress.getLocalHost().getHostName();
+    } catch (java.io.IOException | RuntimeException e) {
+      return "an unknown host";
     }
   }
+
+  // -- Java 8 ------------------------------------------------------------------------------------
 
   /**
    * The uid of this process, as Python's {@code os.getuid()}. The JDK class that knows it is
    * outside the API javac offers for Java 8, though every JDK on Unix has it.
    */
-  static long processUid() {
+  public static long processUid() {
     try {
       Class<?> unix = Class.forName("com.sun.security.auth.module.UnixSystem");
       return (Long) unix.getMethod("getUid").invoke(unix.getConstructor().newInstance());
     } catch (ReflectiveOperationException e) {
-      throw new IllegalStateException(Messages.PREFIX + "cannot read this process's uid "
+      throw Errors.illegalState("cannot read this process's uid "
           + "(com.sun.security.auth.module.UnixSystem): " + e, e);
     }
-  }
-
-  /** Lower-case hex of {@code bytes}. */
-  static String hex(byte[] bytes) {
-    char[] out = new char[bytes.length * 2];
-    for (int i = 0; i < bytes.length; i++) {
-      out[2 * i] = Character.forDigit((bytes[i] >> 4) & 0xf, 16);
-      out[2 * i + 1] = Character.forDigit(bytes[i] & 0xf, 16);
-    }
-    return new String(out);
   }
 
   /**
    * What this Spark lacks of the members above, as "feature (member)": empty on every supported
    * line. For jvm-shim/check_lines.py, which cannot see reflective calls in the class files.
    */
-  static List<String> missingMembers() {
+  public static List<String> missingMembers() {
     Object[] named = {
         "plan output", Plans.OUTPUT, "plan expressions", Plans.EXPRESSIONS,
         "children", Plans.CHILDREN, "local relation rows", Plans.LOCAL_DATA,
@@ -315,8 +304,7 @@ final class SparkCompat {
       try {
         return Class.forName(SQL + name, false, loader);
       } catch (ClassNotFoundException missing) {
-        throw new IllegalStateException(Messages.PREFIX + "no " + name + " class in "
-            + "Spark " + sparkVersion(), missing);
+        throw Errors.illegalState("no " + name + " class in Spark " + sparkVersion(), missing);
       }
     }
   }
@@ -366,7 +354,7 @@ final class SparkCompat {
 
   private static MethodHandle need(MethodHandle handle, String feature) {
     if (handle == null) {
-      throw new UnsupportedOperationException(Messages.PREFIX + feature
+      throw Errors.unsupported(feature
           + " is not supported on Spark " + sparkVersion() + " (the member spark-steward "
           + "calls for it is missing)");
     }
@@ -378,7 +366,7 @@ final class SparkCompat {
     try {
       return need(handle, feature).invokeWithArguments(args);
     } catch (Throwable t) {
-      throw CheckpointData.<RuntimeException>sneaky(t);
+      throw Errors.sneaky(t);
     }
   }
 }

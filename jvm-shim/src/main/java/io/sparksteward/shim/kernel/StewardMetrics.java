@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.kernel;
 
 import java.util.Collections;
 import java.util.LinkedHashMap;
@@ -15,7 +15,7 @@ import com.codahale.metrics.MetricRegistry;
  * reports them as {@code plugin.io.sparksteward.shim.StewardPlugin.<name>} of the driver.
  *
  * <p>Sinks poll metrics on their own threads, so nothing here calls into Python: Python pushes a
- * snapshot of every number ({@link #push}, through {@link PythonFacade#pushMetrics}) from its
+ * snapshot of every number ({@link #push}, through {@code PythonFacade.pushMetrics}) from its
  * heartbeat thread and once at {@code spark.stop()}, and the metrics read what was pushed last.
  * Levels (what is held now) are {@link Gauge}s over a map. Totals are Dropwizard {@link
  * Counter}s, as Spark's own totals are (e.g. {@code HiveExternalCatalog.fileCacheHits}), so sinks
@@ -26,7 +26,7 @@ import com.codahale.metrics.MetricRegistry;
  * registers the plugin's metrics source; a pushed name not in it is ignored. Only Dropwizard and
  * Java APIs: the class is the same for Spark built with Scala 2.12 or 2.13.
  */
-final class StewardMetrics {
+public final class StewardMetrics {
 
   /** Levels, reported as gauges; kept in the order docs/observability.md lists them. */
   static final String[] GAUGES = {
@@ -64,14 +64,14 @@ final class StewardMetrics {
   }
 
   /** Registers every metric in {@code registry} and makes it the one pushes go to. */
-  static synchronized StewardMetrics register(MetricRegistry registry) {
+  public static synchronized StewardMetrics register(MetricRegistry registry) {
     StewardMetrics metrics = new StewardMetrics(registry);
     current = metrics;
     return metrics;
   }
 
   /** Stops taking pushes for {@code metrics} (its SparkContext stopped). */
-  static synchronized void unregister(StewardMetrics metrics) {
+  public static synchronized void unregister(StewardMetrics metrics) {
     if (current == metrics) {
       current = null;
     }
@@ -82,7 +82,7 @@ final class StewardMetrics {
    * returns how many names it took, -1 when none are registered (the plugin is not configured,
    * or spark-steward was off when the SparkContext started).
    */
-  static long pushCurrent(String snapshot) {
+  public static long pushCurrent(String snapshot) {
     StewardMetrics metrics = current;
     return metrics == null ? -1 : metrics.push(snapshot);
   }

@@ -1,7 +1,9 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.local;
 
 import java.util.List;
 
+import io.sparksteward.shim.kernel.Errors;
+import io.sparksteward.shim.kernel.LocalDirs;
 import org.apache.spark.SparkContext;
 import org.apache.spark.scheduler.SparkListener;
 import org.apache.spark.scheduler.SparkListenerExecutorRemoved;
@@ -20,7 +22,7 @@ import org.slf4j.LoggerFactory;
  * its RpcEnv, so {@link #shutdown} can wait, bounded, for the executors it knows to report their
  * folder removed: {@code spark.stop()} returns after the hosts are clean where they can be.
  */
-final class AppEndDriver {
+public final class AppEndDriver {
   private static final Logger LOG = LoggerFactory.getLogger(AppEndDriver.class);
   /** How long the driver's stop waits for the executors' reports. */
   static final long WAIT_MILLIS = 10_000;
@@ -43,10 +45,10 @@ final class AppEndDriver {
   }
 
   /** The driver half for {@code sc}, or null (logged) when no local dir can be resolved. */
-  static AppEndDriver start(SparkContext sc) {
+  public static AppEndDriver start(SparkContext sc) {
     String localDir = LocalDirs.resolve(sc.conf().get(LocalDirs.LOCAL_DIR_KEY, ""));
     if (localDir == null) {
-      LOG.warn(Messages.PREFIX + "no usable temp dir for the host-local working dir; executor "
+      LOG.warn(Errors.PREFIX + "no usable temp dir for the host-local working dir; executor "
           + "hosts keep this application's folders until the next application starts there or "
           + "`spark-steward gc --local-dir`");
       return null;
@@ -57,12 +59,12 @@ final class AppEndDriver {
   }
 
   /** The host-local working dir the executors are told to use (their plugin's extra conf). */
-  String localDir() {
+  public String localDir() {
     return localDir;
   }
 
   /** {@code DriverPlugin.receive}: hello and done are recorded, {@code ending?} answered. */
-  Object receive(Object message) {
+  public Object receive(Object message) {
     String[] m = AppEndProtocol.parse(message);
     if (m == null) {
       return null;
@@ -70,14 +72,14 @@ final class AppEndDriver {
     switch (m[0]) {
       case AppEndProtocol.HELLO:
         tracker.hello(m[1], m[2]);
-        LOG.info(Messages.PREFIX + "executor {} on {} removes the application's folder there when "
+        LOG.info(Errors.PREFIX + "executor {} on {} removes the application's folder there when "
             + "the application ends", m[1], m[2]);
         return null;
       case AppEndProtocol.ASK:
         String answer = AppEndProtocol.answer(sc.isStopped(), sc.applicationId(), localDir);
         if (answer.equals(AppEndProtocol.RUNNING)) {
           tracker.left(m[1]);
-          LOG.info(Messages.PREFIX + "executor {} ends while the application runs: its host keeps "
+          LOG.info(Errors.PREFIX + "executor {} ends while the application runs: its host keeps "
               + "the application's folder", m[1]);
         } else {
           tracker.told(m[1]);
@@ -92,7 +94,7 @@ final class AppEndDriver {
   }
 
   /** Waits, bounded, for the executors' reports and logs what became of each host's folder. */
-  void shutdown() {
+  public void shutdown() {
     long start = System.nanoTime();
     try {
       tracker.awaitReports(WAIT_MILLIS);
@@ -104,7 +106,7 @@ final class AppEndDriver {
     long waited = (System.nanoTime() - start) / 1_000_000;
     List<String> lines = tracker.summary(WAIT_MILLIS);
     if (!lines.isEmpty()) {
-      LOG.info(Messages.PREFIX
+      LOG.info(Errors.PREFIX
           + "application {} ended; host-local folders ({}/{}), after {} ms: {}",
           sc.applicationId(), localDir, sc.applicationId(), waited, String.join("; ", lines));
     }

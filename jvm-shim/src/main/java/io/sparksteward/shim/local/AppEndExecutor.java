@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.local;
 
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -6,6 +6,8 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 
+import io.sparksteward.shim.kernel.Errors;
+import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.spark.api.plugin.PluginContext;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -13,7 +15,7 @@ import org.slf4j.LoggerFactory;
 /**
  * The executor half of the application-end cleanup of host-local folders: when this executor
  * ends it asks the driver whether the APPLICATION ends, and only on an explicit {@code ending}
- * removes {@code <local dir>/<app id>} on its host ({@link LocalDirs#removeAppFolder}). No
+ * removes {@code <local dir>/<app id>} on its host ({@link AppFolders#remove}). No
  * answer, an error, or {@code running} leave the folder: the next application that starts on the
  * host, or {@code spark-steward gc --local-dir}, removes it once the application is over.
  *
@@ -24,10 +26,10 @@ import org.slf4j.LoggerFactory;
  * middle of its own orderly stop, and Spark's own stop hook then returns at once, so without
  * ours the JVM could exit in the middle of the removal. Both wait, bounded, for the one run.
  */
-final class AppEndExecutor {
+public final class AppEndExecutor {
   private static final Logger LOG = LoggerFactory.getLogger(AppEndExecutor.class);
   /** The key of the plugin's extra conf the driver half sets when the cleanup is on. */
-  static final String ENABLED_KEY = "app-end-cleanup";
+  public static final String ENABLED_KEY = "app-end-cleanup";
   /** How long an ending executor waits for the driver's answer. */
   static final long ANSWER_WAIT_MILLIS = 10_000;
   /** How long it then waits for its removal (and report) to finish. */
@@ -49,42 +51,20 @@ final class AppEndExecutor {
   }
 
   /** Greets the driver and installs the shutdown hook. */
-  static AppEndExecutor start(PluginContext ctx) {
+  public static AppEndExecutor start(PluginContext ctx) {
     AppEndExecutor executor = new AppEndExecutor(ctx);
     try {
-      ctx.send(AppEndProtocol.hello(executor.executorId, hostname(ctx)));
+      ctx.send(AppEndProtocol.hello(executor.executorId, SparkCompat.hostname(ctx)));
     } catch (Exception e) {
-      LOG.info(Messages.PREFIX + "could not tell the driver executor {} started ({}); the driver's "
+      LOG.info(Errors.PREFIX + "could not tell the driver executor {} started ({}); the driver's "
           + "stop will not wait for it", executor.executorId, e.toString());
     }
     Runtime.getRuntime().addShutdownHook(executor.hook);
     return executor;
   }
 
-  /**
-   * This executor's host, for the driver's log. {@code PluginContext.hostname()} reads the
-   * executor RpcEnv's server address, which a client-only executor RpcEnv (Spark 4) lacks.
-   */
-  static String hostname(PluginContext ctx) {
-    try {
-      return ctx.hostname();
-    } catch (RuntimeException e) {
-      // Below.
-    }
-    try {
-      return org.apache.spark.SparkEnv.get().blockManager().blockManagerId().host();
-    } catch (RuntimeException e) {
-      // Below.
-    }
-    try {
-      return java.net.InetAddress.getLocalHost().getHostName();
-    } catch (java.io.IOException | RuntimeException e) {
-      return "an unknown host";
-    }
-  }
-
   /** {@code ExecutorPlugin.shutdown}. */
-  void shutdown() {
+  public void shutdown() {
     finish("executor stop");
     try {
       Runtime.getRuntime().removeShutdownHook(hook);
@@ -99,7 +79,7 @@ final class AppEndExecutor {
       Thread worker = new Thread(this::run, "spark-steward-app-end");
       worker.setDaemon(true);
       worker.start();
-      LOG.debug(Messages.PREFIX + "executor {} ends ({}): asking the driver whether the "
+      LOG.debug(Errors.PREFIX + "executor {} ends ({}): asking the driver whether the "
           + "application ends", executorId, trigger);
     }
     try {
@@ -108,14 +88,14 @@ final class AppEndExecutor {
         finished.get(REMOVE_WAIT_MILLIS, TimeUnit.MILLISECONDS);
       }
     } catch (TimeoutException e) {
-      LOG.info(Messages.PREFIX + "executor {} ({}): no answer from the driver within {} ms (or "
+      LOG.info(Errors.PREFIX + "executor {} ({}): no answer from the driver within {} ms (or "
           + "removal still running after {} ms); this host's folder of the application stays "
           + "until the next application starts here or `spark-steward gc --local-dir`",
           executorId, trigger, ANSWER_WAIT_MILLIS, REMOVE_WAIT_MILLIS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     } catch (ExecutionException e) {
-      LOG.info(Messages.PREFIX + "executor {}: application-end cleanup failed", executorId, e);
+      LOG.info(Errors.PREFIX + "executor {}: application-end cleanup failed", executorId, e);
     }
   }
 
@@ -139,20 +119,21 @@ final class AppEndExecutor {
       decided.complete(decision);
     }
     if (!decision.remove()) {
-      LOG.info(Messages.PREFIX + "executor {} ends; this host keeps application {}'s folder: {}",
+      LOG.info(Errors.PREFIX + "executor {} ends; this host keeps application {}'s folder: {}",
           executorId, ownAppId, decision.keepReason);
       finished.complete("kept");
       return;
     }
     String outcome = "failed: not attempted";
     try {
-      outcome = LocalDirs.removeAppFolder(decision.localDir, decision.appId);
-      LOG.info(Messages.PREFIX + "application {} ends: executor {} on {}: {}/{}: {}",
-          decision.appId, executorId, hostname(ctx), decision.localDir, decision.appId, outcome);
+      outcome = AppFolders.remove(decision.localDir, decision.appId);
+      LOG.info(Errors.PREFIX + "application {} ends: executor {} on {}: {}/{}: {}",
+          decision.appId, executorId, SparkCompat.hostname(ctx), decision.localDir,
+          decision.appId, outcome);
       try {
         ctx.ask(AppEndProtocol.done(executorId, outcome));
       } catch (Exception e) {
-        LOG.info(Messages.PREFIX + "executor {} could not report its folder removal to the driver "
+        LOG.info(Errors.PREFIX + "executor {} could not report its folder removal to the driver "
             + "({})", executorId, e.toString());
       }
     } finally {

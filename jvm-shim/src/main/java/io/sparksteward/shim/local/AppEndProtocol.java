@@ -1,4 +1,6 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.local;
+
+import io.sparksteward.shim.kernel.LocalDirs;
 
 /**
  * What the executor and driver halves of the application-end cleanup say to each other through

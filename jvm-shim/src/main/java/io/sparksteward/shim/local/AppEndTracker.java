@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.local;
 
 import java.util.ArrayList;
 import java.util.HashSet;

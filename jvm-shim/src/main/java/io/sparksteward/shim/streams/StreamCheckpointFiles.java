@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.streams;
 
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
@@ -11,9 +11,10 @@ import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileMana
  * The streaming checkpoint file manager for Spark 4.1 and later (the trait moved to
  * {@code ...streaming.checkpointing}); {@link StreamFiles} holds what it adds
  * (retried deletes, packs served). Spark constructs it
- * by name with {@code (Path, Configuration)}.
+ * by name with {@code (Path, Configuration)}. Not final: {@code
+ * io.sparksteward.shim.StreamCheckpointFiles}, the name an older conf may hold, extends it.
  */
-public final class StreamCheckpointFiles implements CheckpointFileManager {
+public class StreamCheckpointFiles implements CheckpointFileManager {
   private final CheckpointFileManager delegate;
   private final StreamFiles files;
 

@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.streams;
 
 import java.io.FileNotFoundException;
 import java.io.IOException;
@@ -21,6 +21,11 @@ import java.util.function.Supplier;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
+import io.sparksteward.shim.kernel.Checksums;
+import io.sparksteward.shim.kernel.Errors;
+import io.sparksteward.shim.kernel.EventBridge;
+import io.sparksteward.shim.kernel.EventEncoder;
+import io.sparksteward.shim.kernel.StewardConf;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
@@ -63,7 +68,7 @@ import org.slf4j.LoggerFactory;
  * false in its conf, which Spark copies into the Hadoop conf it hands the manager), it adds
  * nothing: Spark's behaviour.
  */
-final class StreamFiles {
+public final class StreamFiles {
   static final String CLASS_KEY = "spark.sql.streaming.checkpointFileManagerClass";
   /** The manager class the user had configured before spark-steward took the key over. */
   static final String DELEGATE_KEY = "spark.steward.streams.delegate-class";
@@ -89,7 +94,7 @@ final class StreamFiles {
   StreamFiles(Path path, Configuration conf) {
     this.path = path;
     this.conf = conf;
-    this.enabled = flag(conf, StewardPlugin.ENABLED_KEY) && flag(conf, STREAMS_ENABLED_KEY);
+    this.enabled = flag(conf, StewardConf.ENABLED_KEY) && flag(conf, STREAMS_ENABLED_KEY);
     if (enabled && "offsets".equals(path.getName()) && EventBridge.current() != null) {
       announce(path.getParent());
     }
@@ -101,7 +106,7 @@ final class StreamFiles {
    * directory), keeping a class the user configured as the one it delegates to. Returns the
    * class name.
    */
-  static synchronized String install(SparkContext sc) {
+  public static synchronized String install(SparkContext sc) {
     String ours;
     try {
       Class.forName("org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager",
@@ -119,11 +124,25 @@ final class StreamFiles {
     return ours;
   }
 
+  /**
+   * The names spark-steward's managers have had, each the prefix of both lines' classes: today's
+   * and the one before the shim had packages (whose classes stay as aliases).
+   */
+  private static final String[] OWN_MANAGERS = {
+    "io.sparksteward.shim.streams.StreamCheckpointFiles",
+    "io.sparksteward.shim.StreamCheckpointFiles",
+  };
+
   /** Whether {@code className} is one of spark-steward's managers, of this line or another
-   *  (a spark-defaults.conf copied between clusters). */
+   *  (a spark-defaults.conf copied between clusters), under its current name or its old one. */
   static boolean ownManager(String className) {
-    // A name, not StreamCheckpointFiles.class: loading that class fails before Spark 4.1.
-    return className.startsWith("io.sparksteward.shim.StreamCheckpointFiles");
+    // Names, not StreamCheckpointFiles.class: loading that class fails before Spark 4.1.
+    for (String own : OWN_MANAGERS) {
+      if (className.startsWith(own)) {
+        return true;
+      }
+    }
+    return false;
   }
 
   private static boolean flag(Configuration conf, String key) {
@@ -179,7 +198,7 @@ final class StreamFiles {
       found = loose.get();  // loose first, packs second: see StreamPacks
     } catch (Exception e) {  // Scala throws IOException undeclared
       if (!(e instanceof FileNotFoundException)) {
-        throw sneaky(e);
+        throw Errors.sneaky(e);
       }
       missing = e;
     }
@@ -189,11 +208,11 @@ final class StreamFiles {
     try {
       members = folder == null ? Collections.emptyList() : packs.in(folder);
     } catch (IOException e) {
-      throw sneaky(e);
+      throw Errors.sneaky(e);
     }
     if (members.isEmpty()) {
       if (missing != null) {
-        throw sneaky(missing);
+        throw Errors.sneaky(missing);
       }
       return found;
     }
@@ -223,7 +242,7 @@ final class StreamFiles {
     try {
       return packed(file, false) != null;
     } catch (IOException e) {
-      throw sneaky(e);
+      throw Errors.sneaky(e);
     }
   }
 
@@ -233,7 +252,7 @@ final class StreamFiles {
       return loose.get();
     } catch (Exception e) {
       if (!(e instanceof FileNotFoundException)) {
-        throw sneaky(e);
+        throw Errors.sneaky(e);
       }
       try {
         for (int attempt = 0; attempt < 2; attempt++) {
@@ -247,9 +266,9 @@ final class StreamFiles {
           }
         }
       } catch (IOException io) {
-        throw sneaky(io);
+        throw Errors.sneaky(io);
       }
-      throw sneaky(e);
+      throw Errors.sneaky(e);
     }
   }
 
@@ -260,11 +279,11 @@ final class StreamFiles {
     }
     try {
       if (packed(file, false) != null) {
-        throw sneaky(new FileAlreadyExistsException(file + " already exists (in a spark-steward "
+        throw Errors.sneaky(new FileAlreadyExistsException(file + " already exists (in a spark-steward "
             + "pack of the checkpoint location)"));
       }
     } catch (IOException e) {
-      throw sneaky(e);
+      throw Errors.sneaky(e);
     }
   }
 
@@ -283,7 +302,7 @@ final class StreamFiles {
       try {
         packs.delete(packedRel);
       } catch (IOException e) {
-        throw sneaky(e);
+        throw Errors.sneaky(e);
       }
     }
     if (!enabled) {
@@ -303,7 +322,7 @@ final class StreamFiles {
     Path location = root();
     if (location == null || relative(location, target) == null) {
       if (failure != null) {
-        throw sneaky(failure);
+        throw Errors.sneaky(failure);
       }
       return;  // outside any location we own (a file sink's log): Spark's behaviour
     }
@@ -314,11 +333,11 @@ final class StreamFiles {
         }
       }
       if (failure != null) {
-        throw sneaky(failure);
+        throw Errors.sneaky(failure);
       }
       return;
     }
-    LOG.warn(Messages.PREFIX + "delete of {} {}; recorded for retry until it is gone", target,
+    LOG.warn(Errors.PREFIX + "delete of {} {}; recorded for retry until it is gone", target,
         failure == null ? "left the file in place" : "failed (" + failure + ")");
   }
 
@@ -353,7 +372,7 @@ final class StreamFiles {
       return true;  // nothing we could ever retry: drop it
     }
     Path dir = new Path(location, INTENTS);
-    Path intent = new Path(dir, sha256(rel).substring(0, 32) + ".json");
+    Path intent = new Path(dir, Checksums.sha256Hex(rel).substring(0, 32) + ".json");
     Path tmp = new Path(dir, "." + intent.getName() + "." + UUID.randomUUID() + ".tmp");
     StringBuilder body = new StringBuilder("{\"path\":");
     EventEncoder.quote(body, rel);
@@ -373,7 +392,7 @@ final class StreamFiles {
       }
       return fs.exists(intent);
     } catch (IOException | RuntimeException e) {
-      LOG.warn(Messages.PREFIX + "could not record the failed delete of {} ({})", target,
+      LOG.warn(Errors.PREFIX + "could not record the failed delete of {} ({})", target,
           e.toString());
       return false;
     }
@@ -437,7 +456,7 @@ final class StreamFiles {
       bridge.offerCurrent(EventEncoder.event(LOCATION_EVENT, System.currentTimeMillis())
           .str(qualified).str(queryId(location)));
     } catch (IOException | RuntimeException | LinkageError e) {
-      LOG.warn(Messages.PREFIX + "could not register the streaming checkpoint location {} ({})",
+      LOG.warn(Errors.PREFIX + "could not register the streaming checkpoint location {} ({})",
           location, e.toString());
     }
   }
@@ -457,24 +476,5 @@ final class StreamFiles {
     } catch (IOException | RuntimeException e) {
       return null;  // not written yet: Python reads it at the query's start
     }
-  }
-
-  static String sha256(String text) {
-    try {
-      byte[] digest = MessageDigest.getInstance("SHA-256").digest(text.getBytes(StandardCharsets.UTF_8));
-      StringBuilder hex = new StringBuilder(64);
-      for (byte b : digest) {
-        hex.append(String.format("%02x", b & 0xff));
-      }
-      return hex.toString();
-    } catch (NoSuchAlgorithmException e) {
-      throw new IllegalStateException(e);
-    }
-  }
-
-  /** Rethrows any Throwable unchecked (Scala callers do not declare IOException). */
-  @SuppressWarnings("unchecked")
-  private static <T extends Throwable> RuntimeException sneaky(Throwable t) throws T {
-    throw (T) t;
   }
 }

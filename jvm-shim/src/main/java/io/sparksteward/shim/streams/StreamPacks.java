@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.streams;
 
 import java.io.ByteArrayInputStream;
 import java.io.EOFException;
@@ -19,6 +19,8 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.regex.Pattern;
 import java.util.zip.Checksum;
 
+import io.sparksteward.shim.kernel.Checksums;
+import io.sparksteward.shim.kernel.Errors;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
@@ -133,7 +135,7 @@ final class StreamPacks {
       final FileSystem use = fs;
       return BY_ROOT.computeIfAbsent(key, k -> new StreamPacks(root, use));
     } catch (IOException | RuntimeException e) {
-      LOG.warn(Messages.PREFIX + "cannot read the packs of {} ({})", root, e.toString());
+      LOG.warn(Errors.PREFIX + "cannot read the packs of {} ({})", root, e.toString());
       return null;
     }
   }
@@ -169,11 +171,11 @@ final class StreamPacks {
     } catch (FileNotFoundException e) {
       throw e;
     } catch (IOException e) {
-      throw new IOException(Messages.PREFIX + "could not read " + m.rel + " from the pack " + file
+      throw Errors.io("could not read " + m.rel + " from the pack " + file
           + " (" + e + ")", e);
     }
-    if (crc(data, 0, data.length) != m.crc) {
-      throw new IOException(Messages.PREFIX + m.rel + " in the pack " + new Path(folder, m.pack)
+    if (Checksums.crc32c(data, 0, data.length) != m.crc) {
+      throw Errors.io(m.rel + " in the pack " + new Path(folder, m.pack)
           + " fails its checksum");
     }
     return data;
@@ -249,7 +251,7 @@ final class StreamPacks {
     }
     Path catalogFile = new Path(folder, CATALOG);
     if (!regularOrAbsent(catalogFile)) {  // a FIFO would hang every view; it cannot be skipped
-      throw new IOException(Messages.PREFIX + "the pack catalog " + catalogFile + " is not a "
+      throw Errors.io("the pack catalog " + catalogFile + " is not a "
           + "regular file; the packed files cannot be served");
     }
     String catalog = readText(catalogFile, MAX_CATALOG, true);
@@ -328,10 +330,10 @@ final class StreamPacks {
         out.write(buffer, 0, got);
         if (out.size() > limit) {
           if (!required) {
-            LOG.warn(Messages.PREFIX + "skipping {}: larger than any tombstone it writes", file);
+            LOG.warn(Errors.PREFIX + "skipping {}: larger than any tombstone it writes", file);
             return null;
           }
-          throw new IOException(Messages.PREFIX + file + " is larger than any file it writes");
+          throw Errors.io(file + " is larger than any file it writes");
         }
       }
       return new String(out.toByteArray(), StandardCharsets.UTF_8);
@@ -370,7 +372,7 @@ final class StreamPacks {
       }
       byte[] raw = new byte[(int) indexLength];
       in.readFully(indexAt, raw);
-      if (crc(raw, 0, raw.length) != indexCrc) {
+      if (Checksums.crc32c(raw, 0, raw.length) != indexCrc) {
         throw corrupt(file, "index checksum mismatch");
       }
       int line = 0;
@@ -458,14 +460,8 @@ final class StreamPacks {
   }
 
   private static IOException corrupt(Path file, String why) {
-    return new IOException(Messages.PREFIX + "the pack " + file + " is unreadable (" + why
+    return Errors.io("the pack " + file + " is unreadable (" + why
         + "); the files it holds cannot be served");
-  }
-
-  static long crc(byte[] data, int offset, int length) {
-    Checksum crc = SparkCompat.crc32c();
-    crc.update(data, offset, length);
-    return crc.getValue();
   }
 
   // -- tombstones -------------------------------------------------------------------------------
@@ -523,7 +519,7 @@ final class StreamPacks {
         throw new IOException("rename of " + tmp + " refused");
       }
     } catch (IOException | RuntimeException e) {
-      LOG.warn(Messages.PREFIX + "could not record deletes of packed files in {} ({}); retried",
+      LOG.warn(Errors.PREFIX + "could not record deletes of packed files in {} ({}); retried",
           dir, e.toString());
       synchronized (unflushed) {
         if (unflushed.size() < 100_000) {

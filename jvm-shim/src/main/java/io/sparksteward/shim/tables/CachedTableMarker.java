@@ -1,8 +1,10 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.tables;
 
 import java.util.EnumSet;
 import java.util.Set;
 
+import io.sparksteward.shim.kernel.Errors;
+import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
@@ -97,10 +99,9 @@ public final class CachedTableMarker implements SupportsRead {
 
       @Override
       public Batch toBatch() {
-        throw new IllegalStateException(
-            Messages.PREFIX + "cached table " + id + " was planned in a SparkSession "
-                + "without the spark-steward rule that reads it; use the table in the session "
-                + "that cached it (or call spark_steward.attach on this session first)");
+        throw Errors.illegalState("cached table " + id + " was planned in a SparkSession "
+            + "without the spark-steward rule that reads it; use the table in the session "
+            + "that cached it (or call spark_steward.attach on this session first)");
       }
     };
   }

@@ -1,8 +1,10 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.tables;
 
 import java.util.ArrayList;
 import java.util.List;
 
+import io.sparksteward.shim.kernel.Errors;
+import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
@@ -96,7 +98,7 @@ public final class CachedTableRule extends Rule<LogicalPlan> {
           .option("parquet.page.verify-checksum.enabled", "true")
           .parquet(url).queryExecution().analyzed();
       if (!(read instanceof LogicalRelation)) {
-        throw new IllegalStateException(Messages.PREFIX + "reading " + url
+        throw Errors.illegalState("reading " + url
             + " gave an unexpected plan " + read.nodeName());
       }
       relation = (LogicalRelation) read;

@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.tables;
 
 import java.io.IOException;
 import java.util.ArrayList;
@@ -6,6 +6,8 @@ import java.util.List;
 import java.util.function.Function;
 import java.util.function.Predicate;
 
+import io.sparksteward.shim.kernel.Errors;
+import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.ExperimentalMethods;
 import org.apache.spark.sql.Row;
@@ -19,11 +21,11 @@ import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import scala.runtime.AbstractPartialFunction;
 
 /**
- * Cached tables, called by Python through {@link PythonFacade}: builds the marker DataFrame of a cached table,
- * installs the rule that replaces it, holds the driver runtime's resolver and computes the
- * identity of a plan for caches shared across applications.
+ * Cached tables, called by Python through {@code PythonFacade}: builds the marker DataFrame of a
+ * cached table, installs the rule that replaces it, holds the driver runtime's resolver and
+ * computes the identity of a plan for caches shared across applications.
  */
-final class CachedTables {
+public final class CachedTables {
   /** Set by Python's DataFrame.explain on its thread: plan without materializing. */
   static final String EXPLAIN_PROPERTY = "spark.steward.cache.explain";
 
@@ -97,8 +99,8 @@ final class CachedTables {
     if (answer.startsWith("files\t")) {
       return answer.substring("files\t".length());
     }
-    throw new IllegalStateException(Messages.PREFIX + (answer.startsWith("error\t")
-        ? answer.substring("error\t".length()) : "unexpected answer for cached table " + id));
+    throw Errors.illegalState(answer.startsWith("error\t")
+        ? answer.substring("error\t".length()) : "unexpected answer for cached table " + id);
   }
 
   // -- identity of a plan, for shared caches ----------------------------------------------------

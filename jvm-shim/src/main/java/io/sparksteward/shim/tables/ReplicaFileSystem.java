@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.tables;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.IOException;
@@ -18,6 +18,11 @@ import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.zip.Checksum;
+import io.sparksteward.shim.kernel.Checksums;
+import io.sparksteward.shim.kernel.Errors;
+import io.sparksteward.shim.kernel.LocalDirs;
+import io.sparksteward.shim.kernel.LocalManifest;
+import io.sparksteward.shim.kernel.PrivateFiles;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
@@ -75,7 +80,7 @@ public final class ReplicaFileSystem extends FileSystem {
     String targetUrl = conf.get(CONF_PREFIX + appId + ".target");
     String work = conf.get(CONF_PREFIX + appId + ".workdir");
     if (targetUrl == null || work == null) {
-      throw new IOException(Messages.PREFIX + name + " cannot be read: " + CONF_PREFIX + appId
+      throw Errors.io(name + " cannot be read: " + CONF_PREFIX + appId
           + ".target and .workdir are not in the Hadoop conf");
     }
     target = new Path(targetUrl);
@@ -169,7 +174,7 @@ public final class ReplicaFileSystem extends FileSystem {
         return local.open(new Path(replica.toUri()), bufferSize);
       }
     } catch (IOException | RuntimeException e) {
-      LOG.warn(Messages.PREFIX + "no host-local replica of {} ({}); reading it remotely",
+      LOG.warn(Errors.PREFIX + "no host-local replica of {} ({}); reading it remotely",
           remotePath, e.toString());
     }
     return remote.open(remotePath, bufferSize);
@@ -182,9 +187,9 @@ public final class ReplicaFileSystem extends FileSystem {
       return true;
     }
     String problem = ROOTS.computeIfAbsent(root.toString(), k -> {
-      String why = LocalDirs.notPrivate(root);
+      String why = PrivateFiles.notPrivate(root);
       if (why != null) {
-        LOG.warn(Messages.PREFIX + "{}: {}; cached tables are read remotely on this host, without "
+        LOG.warn(Errors.PREFIX + "{}: {}; cached tables are read remotely on this host, without "
             + "replicas", LocalDirs.LOCAL_DIR_KEY, why);
       }
       return why == null ? "" : why;
@@ -200,7 +205,7 @@ public final class ReplicaFileSystem extends FileSystem {
       stampUse(file);
       return file;
     }
-    LocalDirs.createPrivateDirectories(file.getParent());
+    PrivateFiles.createDirectories(file.getParent());
     synchronized (WRITERS.computeIfAbsent(file.toString(), k -> new Object())) {
       return replicate(entry, remotePath, file);
     }
@@ -210,7 +215,7 @@ public final class ReplicaFileSystem extends FileSystem {
       throws IOException {
     JsonNode record;
     try (FileChannel lockFile = FileChannel.open(sidecar(file, "write"),
-            EnumSet.of(StandardOpenOption.CREATE, StandardOpenOption.WRITE), LocalDirs.PRIVATE_FILE);
+            EnumSet.of(StandardOpenOption.CREATE, StandardOpenOption.WRITE), PrivateFiles.FILE_MODE);
          FileLock writer = lockFile.lock()) {
       assert writer.isValid();
       record = manifest.read(entry, LocalManifest.COMPLETE);
@@ -222,13 +227,13 @@ public final class ReplicaFileSystem extends FileSystem {
         Files.deleteIfExists(manifest.path(entry, LocalManifest.COMPLETE));
         LocalManifest.fsyncDir(manifest.path(entry, LocalManifest.COMPLETE).getParent());
         Files.deleteIfExists(file);
-        LOG.warn(Messages.PREFIX + "host-local replica {} failed verification; fetched again",
+        LOG.warn(Errors.PREFIX + "host-local replica {} failed verification; fetched again",
             file);
       }
       removeTemps(file);
       long size = remote.getFileStatus(remotePath).getLen();
       if (maxBytes > 0 && manifest.usage() + size > maxBytes) {
-        LOG.info(Messages.PREFIX + "no room for a {}-byte replica of {} under "
+        LOG.info(Errors.PREFIX + "no room for a {}-byte replica of {} under "
             + LOCAL_MAX_BYTES_KEY + "={}; reading it remotely", size, remotePath, maxBytes);
         return null;
       }
@@ -253,13 +258,13 @@ public final class ReplicaFileSystem extends FileSystem {
   }
 
   private long copy(Path remotePath, java.nio.file.Path tmp, long size) throws IOException {
-    Checksum crc = SparkCompat.crc32c();
+    Checksum crc = Checksums.crc32c();
     long copied = 0;
     byte[] buf = new byte[1 << 20];
     try (InputStream in = remote.open(remotePath);
          FileChannel out = FileChannel.open(tmp,
              EnumSet.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE),
-             LocalDirs.PRIVATE_FILE)) {
+             PrivateFiles.FILE_MODE)) {
       int n;
       while ((n = in.read(buf)) > 0) {
         crc.update(buf, 0, n);
@@ -305,7 +310,7 @@ public final class ReplicaFileSystem extends FileSystem {
   }
 
   private static long[] crcOf(java.nio.file.Path file) throws IOException {
-    Checksum crc = SparkCompat.crc32c();
+    Checksum crc = Checksums.crc32c();
     long size = 0;
     byte[] buf = new byte[1 << 20];
     try (InputStream in = Files.newInputStream(file)) {
@@ -330,7 +335,7 @@ public final class ReplicaFileSystem extends FileSystem {
     java.nio.file.Path use = sidecar(file, "use");
     try {
       if (!Files.exists(use)) {
-        Files.createFile(use, LocalDirs.PRIVATE_FILE);
+        Files.createFile(use, PrivateFiles.FILE_MODE);
       }
       Files.setLastModifiedTime(use, FileTime.fromMillis(System.currentTimeMillis()));
     } catch (IOException e) {
@@ -351,7 +356,7 @@ public final class ReplicaFileSystem extends FileSystem {
   // -- a read-only view ---------------------------------------------------------------------------
 
   private IOException readOnly(Path f) {
-    return new IOException(Messages.PREFIX + f + " is a read-only replica view of the storage dir");
+    return Errors.io(f + " is a read-only replica view of the storage dir");
   }
 
   @Override

@@ -1,4 +1,4 @@
-package io.sparksteward.shim;
+package io.sparksteward.shim.tables;
 
 import java.io.IOException;
 import java.io.InputStream;
@@ -21,6 +21,8 @@ import java.util.TimeZone;
 import java.util.TreeMap;
 import java.util.function.Supplier;
 
+import io.sparksteward.shim.kernel.Checksums;
+import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileChecksum;
 import org.apache.hadoop.fs.FileStatus;
@@ -137,7 +139,7 @@ final class TableIdentity {
     }
     MessageDigest digest = sha256();
     digest.update(text.toString().getBytes(StandardCharsets.UTF_8));
-    out.add(SparkCompat.hex(digest.digest()));
+    out.add(Checksums.hex(digest.digest()));
     out.addAll(identity.python);
     return frame(out);
   }
@@ -242,7 +244,7 @@ final class TableIdentity {
         digest.update((byte) ':');
         digest.update(bytes);
       }
-      parts.add("local " + SparkCompat.hex(digest.digest()));
+      parts.add("local " + Checksums.hex(digest.digest()));
     } else if (!(plan instanceof Range || plan instanceof OneRowRelation)) {
       problem = "it reads " + plan.nodeName() + ", whose content spark-steward cannot identify "
           + "(shared caches need file sources, ranges or local data)";
@@ -315,7 +317,7 @@ final class TableIdentity {
       FileChecksum checksum = fileSystem.getFileChecksum(path);
       if (checksum != null) {
         return known + "checksum " + checksum.getAlgorithmName() + " "
-            + SparkCompat.hex(checksum.getBytes());
+            + Checksums.hex(checksum.getBytes());
       }
     }
     hashedBytes += status.getLen();
@@ -332,7 +334,7 @@ final class TableIdentity {
         digest.update(buffer, 0, n);
       }
     }
-    return known + "sha256 " + SparkCompat.hex(digest.digest());
+    return known + "sha256 " + Checksums.hex(digest.digest());
   }
 
   private void expression(Expression e) throws IOException {
@@ -396,7 +398,7 @@ final class TableIdentity {
           digest.update(buffer, 0, n);
         }
       }
-      return SparkCompat.hex(digest.digest());
+      return Checksums.hex(digest.digest());
     } catch (IOException | RuntimeException e) {
       return "";
     }
