@@ -168,10 +168,6 @@ public final class CheckpointData {
     return fs instanceof ChecksumFileSystem ? ((ChecksumFileSystem) fs).getRawFileSystem() : fs;
   }
 
-  static String hex(int crc) {
-    return String.format(Locale.ROOT, "%08x", crc & 0xffffffffL);
-  }
-
   /** The little-endian int at {@code pos} of {@code bytes}. */
   static int getIntLE(byte[] bytes, int pos) {
     return (bytes[pos] & 0xff) | (bytes[pos + 1] & 0xff) << 8 | (bytes[pos + 2] & 0xff) << 16
@@ -241,7 +237,7 @@ public final class CheckpointData {
       }
       String record = String.format(Locale.ROOT,
           "{\"partition\":%d,\"name\":\"%s\",\"rows\":%d,\"bytes\":%d,\"crc32c\":\"%s\"}",
-          partition, name, writer.rows, writer.bytes, hex(writer.fileCrc()));
+          partition, name, writer.rows, writer.bytes, Checksums.hex32(writer.fileCrc()));
       return Collections.singletonList(record).iterator();
     }
   }
@@ -534,12 +530,10 @@ public final class CheckpointData {
       fileCrc.update(header, 0, header.length);
       byte[] data = new byte[payload];
       readFully(data, "block " + blockIndex + " payload");
-      Checksum crc = Checksums.crc32c();
-      crc.update(data, 0, payload);
-      int actual = (int) crc.getValue();
+      int actual = (int) Checksums.crc32c(data, 0, payload);
       if (actual != recorded) {
-        throw fail("block " + blockIndex + " crc32c " + hex(actual) + " != recorded "
-            + hex(recorded));
+        throw fail("block " + blockIndex + " crc32c " + Checksums.hex32(actual) + " != recorded "
+            + Checksums.hex32(recorded));
       }
       fileCrc.update(data, 0, payload);
       if (count == 0 && payload != 0) {
@@ -579,7 +573,7 @@ public final class CheckpointData {
       }
       int actual = (int) fileCrc.getValue();
       if (actual != spec.crc) {
-        throw fail("file crc32c " + hex(actual) + " != recorded " + hex(spec.crc));
+        throw fail("file crc32c " + Checksums.hex32(actual) + " != recorded " + Checksums.hex32(spec.crc));
       }
       finished = true;
       close();

@@ -18,7 +18,6 @@ import java.util.EnumSet;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.UUID;
-import java.util.zip.Checksum;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -126,11 +125,10 @@ public final class LocalManifest {
   public void write(String entry, String suffix, Map<String, Object> body)
       throws IOException {
     String canonicalBody = canonical(body);
-    Checksum crc = Checksums.crc32c();
     byte[] canonicalBytes = canonicalBody.getBytes(StandardCharsets.UTF_8);
-    crc.update(canonicalBytes, 0, canonicalBytes.length);
     String envelope = "{\"body\":" + canonicalBody + ",\"crc32c\":\""
-        + String.format("%08x", crc.getValue()) + ("\",\"format\":" + FORMAT + "}\n");
+        + Checksums.hex32(Checksums.crc32c(canonicalBytes, 0, canonicalBytes.length))
+        + ("\",\"format\":" + FORMAT + "}\n");
     java.nio.file.Path path = path(entry, suffix);
     PrivateFiles.createDirectories(path.getParent());
     java.nio.file.Path tmp = path.resolveSibling(
@@ -162,10 +160,9 @@ public final class LocalManifest {
         fields.put(e.getKey(), e.getValue().isNumber() ? (Object) e.getValue().numberValue()
             : (Object) e.getValue().asText());
       }
-      Checksum crc = Checksums.crc32c();
       byte[] canonicalBytes = canonical(fields).getBytes(StandardCharsets.UTF_8);
-      crc.update(canonicalBytes, 0, canonicalBytes.length);
-      if (!String.format("%08x", crc.getValue()).equals(envelope.path("crc32c").asText())) {
+      String crc = Checksums.hex32(Checksums.crc32c(canonicalBytes, 0, canonicalBytes.length));
+      if (!crc.equals(envelope.path("crc32c").asText())) {
         LOG.warn(Errors.PREFIX + "manifest record {} fails verification; ignored", path);
         return null;
       }
