@@ -37,8 +37,9 @@ _NUMBER_WITH_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 def _parse_bool(raw: str) -> bool:
     """Exactly what Spark accepts for its own boolean keys (``true``/``false``, any case,
-    surrounding blanks ignored), and what the shim's ``StewardConf.parseBool`` accepts: a
-    value one side takes as "on" is never refused or read as "off" by the other."""
+    surrounding blanks ignored). The shim reads a session's switches with this grammar
+    (``kernel.Handover.sessionSwitch``, held equal by tests/spark/test_handover_jvm.py): a value
+    one side takes as "on" is never refused or read as "off" by the other."""
     value = raw.strip().lower()
     if value == "true":
         return True

@@ -1,6 +1,6 @@
-"""The JVM shim's pure pieces of the application-end cleanup of host-local folders: where the
-working dir is (the same answer as Python's ``StewardConf.local_dir()`` for the same process
-environment), what a removal may touch, what an executor does with the driver's answer, and
+"""The JVM shim's pure pieces of the application-end cleanup of host-local folders: which
+working dirs it refuses (those Python refuses; where the dir is, Python resolves and hands over:
+tests/unit/test_handover.py), what a removal may touch, what an executor does with the driver's answer, and
 whom the driver's stop waits for.
 
 The shim's sources are compiled here with a small driver class in the local capability's package;
@@ -13,9 +13,7 @@ import glob
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -42,8 +40,6 @@ public final class AppEndCases {
       String[] a = line.split("\t", -1);
       String out;
       switch (a[0]) {
-        case "resolve": out = String.valueOf(LocalDirs.resolve(a[1])); break;
-        case "normpath": out = LocalDirs.normpath(a[1]); break;
         case "safe": out = String.valueOf(LocalDirs.isSafeAppId(a[1])); break;
         case "private": out = String.valueOf(PrivateFiles.notPrivate(java.nio.file.Paths.get(a[1])));
           break;
@@ -155,47 +151,7 @@ def run_java(classes: Path, lines: list[str], *, env: dict[str, str] | None = No
     return result.stdout.splitlines()
 
 
-def python_local_dir(configured: str, env: dict[str, str], cwd: Path) -> str:
-    code = ("import sys\nfrom spark_steward.config import StewardConf\n"
-            "pairs = [('spark.steward.local.dir', sys.argv[1])] if sys.argv[1] else []\n"
-            "print(StewardConf.from_pairs(pairs).local_dir())")
-    out = subprocess.run([sys.executable, "-c", code, configured], env=env, cwd=cwd,
-                         capture_output=True, text=True, check=True)
-    return out.stdout.rstrip("\n")
-
-
-def base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "TEMP", "TMP")}
-    return env
-
-
-# -- the local dir: the same as Python's for the same environment ------------------------------
-
-def env_cases(tmp: Path) -> Iterator[tuple[str, dict[str, str], str]]:
-    (tmp / "a").mkdir()
-    (tmp / "b").mkdir()
-    (tmp / "c").mkdir()
-    (tmp / "rel").mkdir()
-    (tmp / "plain-file").write_text("x")
-    yield "TMPDIR", {"TMPDIR": str(tmp / "a")}, ""
-    yield "TMPDIR missing, TEMP", {"TMPDIR": str(tmp / "missing"), "TEMP": str(tmp / "b")}, ""
-    yield "TMPDIR a file, TEMP empty, TMP to normalize", {
-        "TMPDIR": str(tmp / "plain-file"), "TEMP": "", "TMP": str(tmp / "c") + "/./../c//"}, ""
-    yield "relative TMPDIR", {"TMPDIR": "rel"}, ""
-    yield "trailing slash", {"TMPDIR": str(tmp / "a") + "/"}, ""
-    yield "two leading slashes", {"TMPDIR": "//tmp"}, ""
-    yield "none set", {}, ""
-    yield "configured", {"TMPDIR": str(tmp / "a")}, "  /data/steward local  "
-    yield "configured relative", {}, "work/local"
-
-
-def test_the_local_dir_is_resolved_as_python_resolves_it(classes: Path, tmp_path: Path) -> None:
-    for name, extra, configured in env_cases(tmp_path):
-        env = dict(base_env(), **extra)
-        java = run_java(classes, [f"resolve\t{configured}"], env=env, cwd=tmp_path)
-        python = python_local_dir(configured, env, tmp_path)
-        assert java == [python], name
-
+# -- the local dir: which ones the JVM refuses -------------------------------------------------
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a dir of another user's needs chown (root)")
 def test_the_jvm_refuses_the_local_dirs_python_refuses(classes: Path, tmp_path: Path) -> None:
@@ -225,13 +181,6 @@ def test_the_jvm_refuses_the_local_dirs_python_refuses(classes: Path, tmp_path: 
         except ConfigError:
             refused = True
         assert refused == (answer != "null"), name
-
-
-def test_normpath_is_pythons(classes: Path) -> None:
-    paths = ["", ".", "/", "//", "///", "a/b/../c", "/a/./b//c/", "../x/..", "/../a", "//a/../b",
-             "a/../../b", "./", "a//b/."]
-    java = run_java(classes, [f"normpath\t{p}" for p in paths])
-    assert java == [os.path.normpath(p) for p in paths]
 
 
 # -- what a removal may touch ----------------------------------------------------------------

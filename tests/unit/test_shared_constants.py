@@ -185,32 +185,17 @@ def _have_header(temp_name: re.Pattern[str]) -> int:
 SHARED = [
     # The prefix Python finds the shim's messages by (its own test below allows no other use).
     Shared("Errors.PREFIX", "spark_steward.kernel.jvm:JAVA_ERROR_PREFIX", unique=False),
-    # Config keys the shim reads or names.
-    Shared("StewardConf.ENABLED_KEY", "spark_steward.config:ENABLED", _name),
-    Shared("StewardConf.ENABLED_DEFAULT", "spark_steward.config:ENABLED", _default, unique=False),
-    Shared("StewardListener.PREFIX", "spark_steward.config:PREFIX"),
-    Shared("EventBridge.CAPACITY_KEY", "spark_steward.config:EVENTS_BUFFER_CAPACITY", _name),
-    Shared("EventBridge.DEFAULT_CAPACITY", "spark_steward.config:EVENTS_BUFFER_CAPACITY",
-           lambda k: k.default, unique=False),
+    # The record of resolved values Python hands the shim (kernel/handover.py), the session
+    # switches the shim reads, and config keys it names in messages. No Java default: the shim
+    # has none to drift.
+    Shared("Handover.KEY", "spark_steward.config:RESOLVED_KEY"),
+    Shared("Handover.VERSION", "spark_steward.kernel.handover:VERSION", unique=False),
+    Shared("Handover.EXIT_CONFIG_ERROR", "spark_steward.kernel.handover:EXIT_CONFIG_ERROR",
+           unique=False),
+    Shared("Handover.PREFIX", "spark_steward.config:PREFIX"),
+    Shared("Handover.ENABLED_KEY", "spark_steward.config:ENABLED", _name),
     Shared("LocalDirs.LOCAL_DIR_KEY", "spark_steward.config:LOCAL_DIR", _name),
     Shared("ReplicaFileSystem.LOCAL_MAX_BYTES_KEY", "spark_steward.config:LOCAL_MAX_BYTES", _name),
-    Shared("PeerSettings.ENABLED_KEY", "spark_steward.config:BLOB_PEER_ENABLED", _name),
-    Shared("PeerSettings.MAX_CONNECTIONS_KEY", "spark_steward.config:BLOB_PEER_MAX_CONNECTIONS",
-           _name),
-    Shared("PeerSettings.RATE_KEY", "spark_steward.config:BLOB_PEER_RATE", _name),
-    Shared("PeerSettings.NETWORK_TIMEOUT_KEY", "spark_steward.config:BLOB_NETWORK_TIMEOUT", _name),
-    Shared("PeerSettings.HANDSHAKE_TIMEOUT_KEY",
-           "spark_steward.config:BLOB_SERVER_HANDSHAKE_TIMEOUT", _name),
-    Shared("PeerSettings.ENABLED_DEFAULT", "spark_steward.config:BLOB_PEER_ENABLED", _default,
-           unique=False),
-    Shared("PeerSettings.MAX_CONNECTIONS_DEFAULT", "spark_steward.config:BLOB_PEER_MAX_CONNECTIONS",
-           _default, unique=False),
-    Shared("PeerSettings.RATE_DEFAULT", "spark_steward.config:BLOB_PEER_RATE", _default,
-           unique=False),
-    Shared("PeerSettings.NETWORK_TIMEOUT_DEFAULT", "spark_steward.config:BLOB_NETWORK_TIMEOUT",
-           _default, unique=False),
-    Shared("PeerSettings.HANDSHAKE_TIMEOUT_DEFAULT",
-           "spark_steward.config:BLOB_SERVER_HANDSHAKE_TIMEOUT", _default, unique=False),
     Shared("StreamFiles.STREAMS_ENABLED_KEY", "spark_steward.config:STREAMS_ENABLED", _name),
     Shared("StreamFiles.DELEGATE_KEY", "spark_steward.config:STREAMS_DELEGATE_CLASS", _name),
     Shared("StreamFiles.CLASS_KEY", "spark_steward.streams.service:CLASS_KEY"),
@@ -329,6 +314,7 @@ def _python_owned_names() -> dict[str, str]:
     from spark_steward.tables import hooks, replicas
     return {config.PREFIX: "spark_steward.config:PREFIX",
             config.STORAGE_OPTION_PREFIX: "spark_steward.config:STORAGE_OPTION_PREFIX",
+            config.RESOLVED_KEY: "spark_steward.config:RESOLVED_KEY",
             replicas.CONF_PREFIX: "spark_steward.tables.replicas:CONF_PREFIX",
             hooks.EXPLAIN_PROPERTY: "spark_steward.tables.hooks:EXPLAIN_PROPERTY"}
 

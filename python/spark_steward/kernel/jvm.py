@@ -509,9 +509,10 @@ class SparkJvm:
 
     # -- event bridge ------------------------------------------------------------------------
 
-    def event_bridge(self, jar_path: str | None) -> EventBridgeHandle:
-        """The bridge the plugin installed, else installs one now (from ``jar_path`` if the
-        shim is not on the driver classpath). Events before a late install are not seen."""
+    def event_bridge(self, jar_path: str | None, capacity: int) -> EventBridgeHandle:
+        """The bridge the plugin installed, else installs one now holding up to ``capacity``
+        events (from ``jar_path`` if the shim is not on the driver classpath). Events before a
+        late install are not seen."""
         if not self.shim_on_classpath() and not jar_path:
             raise SetupError(
                 f"the JVM shim class {FACADE_CLASS} is not on the driver classpath and no jar "
@@ -520,5 +521,5 @@ class SparkJvm:
         shim = facade(self.sc, jar_path)
         jsc = context_handle(self.sc)
         before = bool(shim.call("eventBridgeInstalled", jsc))
-        bridge = shim.call("installEventBridge", jsc)  # idempotent per SparkContext
+        bridge = shim.call("installEventBridge", jsc, capacity)  # idempotent per SparkContext
         return EventBridgeHandle(shim, bridge, from_plugin=before and shim.on_classpath)

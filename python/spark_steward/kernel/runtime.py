@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, TypeVar, over
 
 from spark_steward._version import __version__
 from spark_steward.applications import ApplicationRegistry, CleanupBacklog
-from spark_steward.config import (ENABLED, EVENTS_BATCH_SIZE, EVENTS_POLL_INTERVAL,
+from spark_steward.config import (ENABLED, EVENTS_BATCH_SIZE, EVENTS_BUFFER_CAPACITY, EVENTS_POLL_INTERVAL,
                                   HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, LOCAL_DIR, PREFIX,
                                   SHIM_JAR, STORAGE_DIR, StewardConf)
 from spark_steward.errors import (ConfigError, DisabledForSession, NotAttached, SetupError,
@@ -151,7 +151,8 @@ class DriverRuntime:
         # built fails attach with nothing installed in the JVM yet.
         self.services: list[RuntimeService] = build_services()
         self.bridge: EventBridgeHandle = self.jvm.event_bridge(
-            None if self.jvm.shim_on_classpath() else str(jar_path(conf.get(SHIM_JAR))))
+            None if self.jvm.shim_on_classpath() else str(jar_path(conf.get(SHIM_JAR))),
+            conf.get(EVENTS_BUFFER_CAPACITY))
         if not self.bridge.from_plugin:
             log.warning(
                 "spark-steward attached without its Spark plugin: events before this point were "

@@ -14,6 +14,7 @@ With ``streams.pack.enabled`` it packs each running query's old files after ever
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -22,14 +23,14 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from spark_steward.applications import CleanupBacklog
 from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
-from spark_steward.config import (CLEANUP_SHUTDOWN_TIMEOUT, STREAMS_ABANDONED_AFTER,
-                                  STREAMS_DELEGATE_CLASS, STREAMS_DROP_GRACE,
+from spark_steward.config import (CLEANUP_SHUTDOWN_TIMEOUT, RESOLVED_KEY,
+                                  STREAMS_ABANDONED_AFTER, STREAMS_DELEGATE_CLASS, STREAMS_DROP_GRACE,
                                   STREAMS_PACK_ENABLED, STREAMS_PACK_GRACE,
                                   STREAMS_PACK_KEEP_BATCHES, STREAMS_PACK_MAX_AMPLIFICATION,
                                   STREAMS_PACK_MAX_MEMBER,
                                   STREAMS_SWEEP_INTERVAL, STREAMS_TEMP_HORIZON)
 from spark_steward.errors import StewardError
-from spark_steward.kernel import jvm
+from spark_steward.kernel import handover, jvm
 from spark_steward.kernel.events import (StreamLocation, StreamProgress, StreamStarted,
                                          StreamTerminated)
 from spark_steward.kernel.runtime import RuntimeService
@@ -105,8 +106,10 @@ class StreamService(RuntimeService):
                                  drop_grace=conf.get(STREAMS_DROP_GRACE),
                                  temp_horizon=conf.get(STREAMS_TEMP_HORIZON),
                                  options=runtime.storage.options)
+        # Attached, spark-steward is on for the context whatever its conf said at start.
+        record = dataclasses.replace(handover.resolve(conf), enabled=True).encode()
         self.manager_class = str(jvm.call(runtime.sc, "installStreamFiles",
-                                          jvm.context_handle(runtime.sc)))
+                                          jvm.context_handle(runtime.sc), record))
         spark = active_session()
         if spark is not None:  # made before attach: it copied the context's conf then
             current = spark.conf.get(CLASS_KEY, None)
@@ -114,6 +117,7 @@ class StreamService(RuntimeService):
                                                                                 None):
                 spark.conf.set(DELEGATE_KEY, current)
             spark.conf.set(CLASS_KEY, self.manager_class)
+            spark.conf.set(RESOLVED_KEY, record)
         runtime.dispatcher.subscribe(self._on_event, "streams")
         self._recover()
         interval = conf.get(STREAMS_SWEEP_INTERVAL)

@@ -42,9 +42,12 @@ public final class PythonFacade {
 
   // -- events (EventBridge) ----------------------------------------------------------------------
 
-  /** Installs the event listener for {@code sc} once and returns its bridge (idempotent). */
-  public static EventBridge installEventBridge(SparkContext sc) {
-    return EventBridge.install(sc);
+  /**
+   * Installs the event listener for {@code sc} once, holding up to {@code capacity} events for
+   * Python, and returns its bridge (idempotent: the plugin's, when it installed one).
+   */
+  public static EventBridge installEventBridge(SparkContext sc, int capacity) {
+    return EventBridge.install(sc, capacity);
   }
 
   /**
@@ -97,9 +100,10 @@ public final class PythonFacade {
   // -- streaming checkpoint locations (StreamFiles) ---------------------------------------------
 
   /** Makes spark-steward's manager the checkpoint file manager of sessions made from {@code sc}
-   *  on; the class name, for sessions that exist already. */
-  public static String installStreamFiles(SparkContext sc) {
-    return StreamFiles.install(sc);
+   *  on, acting on {@code handover} (Python's, encoded); the class name, for sessions that exist
+   *  already. */
+  public static String installStreamFiles(SparkContext sc, String handover) {
+    return StreamFiles.install(sc, handover);
   }
 
   // -- checkpoint data (CheckpointData) ------------------------------------------------------------

@@ -7,7 +7,7 @@ import java.util.Map;
 import io.sparksteward.shim.blob.PeerServer;
 import io.sparksteward.shim.kernel.Errors;
 import io.sparksteward.shim.kernel.EventBridge;
-import io.sparksteward.shim.kernel.StewardConf;
+import io.sparksteward.shim.kernel.Handover;
 import io.sparksteward.shim.kernel.StewardMetrics;
 import io.sparksteward.shim.local.AppEndDriver;
 import io.sparksteward.shim.local.AppEndExecutor;
@@ -30,9 +30,6 @@ import org.slf4j.LoggerFactory;
  * at context start, neither side does anything.
  */
 public final class StewardPlugin implements SparkPlugin {
-  /** The key of the plugin's extra conf holding the driver's resolved host-local working dir. */
-  static final String LOCAL_DIR_KEY = "local-dir";
-
   @Override
   public DriverPlugin driverPlugin() {
     return new Driver();
@@ -43,7 +40,10 @@ public final class StewardPlugin implements SparkPlugin {
     return new Executor();
   }
 
-  /** Installs the bridge only when {@code spark.steward.enabled=true}; costs nothing otherwise. */
+  /**
+   * Acts on the values Python resolved ({@link Handover}): installs the bridge only when
+   * spark-steward is on at context start; costs nothing otherwise.
+   */
   static final class Driver implements DriverPlugin {
     private EventBridge bridge;
     private AppEndDriver appEnd;
@@ -51,19 +51,16 @@ public final class StewardPlugin implements SparkPlugin {
 
     @Override
     public Map<String, String> init(SparkContext sc, PluginContext pluginContext) {
-      if (!StewardConf.parseBool(StewardConf.ENABLED_KEY,
-          sc.conf().get(StewardConf.ENABLED_KEY, StewardConf.ENABLED_DEFAULT))) {
+      Handover handover = Handover.forDriver(sc.conf());
+      if (!handover.enabled) {
         return Collections.emptyMap();
       }
-      bridge = EventBridge.install(sc);
-      appEnd = AppEndDriver.start(sc);
+      bridge = EventBridge.install(sc, handover.eventsBufferCapacity);
+      appEnd = AppEndDriver.start(sc, handover.localDir);
       // Reaches the executors' init as their extra conf: the executor side acts only on it.
-      if (appEnd == null) {
-        return Collections.emptyMap();
-      }
       Map<String, String> extra = new HashMap<>();
       extra.put(AppEndExecutor.ENABLED_KEY, "true");
-      extra.put(LOCAL_DIR_KEY, appEnd.localDir());
+      extra.put(Handover.KEY, sc.conf().get(Handover.KEY));
       return extra;
     }
 
@@ -106,15 +103,13 @@ public final class StewardPlugin implements SparkPlugin {
       if ("true".equals(extraConf.get(AppEndExecutor.ENABLED_KEY))
           && !"driver".equals(ctx.executorID())) {
         appEnd = AppEndExecutor.start(ctx);
-        String localDir = extraConf.get(LOCAL_DIR_KEY);
-        if (localDir != null) {
-          try {
-            peers = PeerServer.startFor(ctx, localDir);
-          } catch (RuntimeException | LinkageError e) {
-            // startFor logs its own failures; this is a class missing from the executor's jars.
-            LoggerFactory.getLogger(PeerServer.class).warn(Errors.PREFIX + "executor {} does not "
-                + "serve blob pieces to other hosts: {}", ctx.executorID(), e.toString());
-          }
+        try {
+          peers = PeerServer.startFor(ctx, Handover.forExecutor(extraConf));
+        } catch (RuntimeException | LinkageError e) {
+          // startFor logs its own failures; this is a class missing from the executor's jars
+          // or a handover record of another release.
+          LoggerFactory.getLogger(PeerServer.class).warn(Errors.PREFIX + "executor {} does not "
+              + "serve blob pieces to other hosts: {}", ctx.executorID(), e.toString());
         }
       }
     }

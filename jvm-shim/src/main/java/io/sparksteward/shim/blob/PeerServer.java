@@ -32,8 +32,7 @@ import io.sparksteward.shim.kernel.Errors;
 import io.sparksteward.shim.kernel.LocalDirs;
 import io.sparksteward.shim.kernel.PrivateFiles;
 import io.sparksteward.shim.kernel.SparkCompat;
-import io.sparksteward.shim.kernel.StewardConf;
-import org.apache.spark.SparkConf;
+import io.sparksteward.shim.kernel.Handover;
 import org.apache.spark.api.plugin.PluginContext;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -99,15 +98,14 @@ public final class PeerServer {
    * The executor plugin's server, or null (one WARN line said why, or serving is off): never
    * throws, the executor runs on without it.
    */
-  public static PeerServer startFor(PluginContext ctx, String localDir) {
+  public static PeerServer startFor(PluginContext ctx, Handover handover) {
     try {
-      SparkConf conf = ctx.conf();
-      if (!StewardConf.parseBool(PeerSettings.ENABLED_KEY,
-          conf.get(PeerSettings.ENABLED_KEY, PeerSettings.ENABLED_DEFAULT))) {
+      if (!handover.enabled || !handover.blobPeerEnabled) {
         return null;
       }
-      PeerSettings settings = PeerSettings.fromConf(conf);
-      String appId = conf.get("spark.app.id", null);
+      PeerSettings settings = PeerSettings.of(handover);
+      String localDir = handover.localDir;
+      String appId = ctx.conf().get("spark.app.id", null);
       if (!LocalDirs.isSafeAppId(appId)) {
         throw new IllegalArgumentException("application id '" + appId + "' is not a safe path "
             + "segment");

@@ -10,8 +10,6 @@ import org.apache.spark.SparkContext;
  * is needed and Spark's listener thread never waits for Python.
  */
 public final class EventBridge {
-  static final String CAPACITY_KEY = "spark.steward.events.buffer-capacity";
-  static final int DEFAULT_CAPACITY = 100_000;
   private static final String QUEUE = "steward";
 
   private static volatile EventBridge current;
@@ -26,15 +24,17 @@ public final class EventBridge {
   }
 
   /**
-   * Installs the listener for {@code sc} once and returns the bridge; called by the plugin at
-   * context start, or by Python's attach when the plugin was not configured.
+   * Installs the listener for {@code sc} once, holding up to {@code capacity} events (Python's
+   * {@code spark.steward.events.buffer-capacity}, handed over resolved), and returns the bridge;
+   * called by the plugin at context start, or by Python's attach when the plugin was not
+   * configured.
    */
-  public static synchronized EventBridge install(SparkContext sc) {
+  public static synchronized EventBridge install(SparkContext sc, int capacity) {
     EventBridge bridge = current;
     if (bridge != null && bridge.sc == sc) {
       return bridge;
     }
-    EventBuffer buffer = new EventBuffer(capacity(sc));
+    EventBuffer buffer = new EventBuffer(capacity);
     StewardListener listener = new StewardListener(buffer);
     try {
       // A queue of our own: a slow listener elsewhere can neither delay nor drop our events.
@@ -98,16 +98,5 @@ public final class EventBridge {
 
   public void markStopped() {
     stopped = true;
-  }
-
-  private static int capacity(SparkContext sc) {
-    // Python validates the key at attach and names a bad value; here a bad value must not stop
-    // the SparkContext from starting, so it falls back to the default.
-    try {
-      int value = Integer.parseInt(sc.conf().get(CAPACITY_KEY, String.valueOf(DEFAULT_CAPACITY)).trim());
-      return value > 0 ? value : DEFAULT_CAPACITY;
-    } catch (NumberFormatException e) {
-      return DEFAULT_CAPACITY;
-    }
   }
 }

@@ -32,7 +32,6 @@ import org.apache.spark.sql.streaming.StreamingQueryListener;
  */
 final class StewardListener extends SparkListener {
   /** Local properties forwarded with job start: ours, plus what identifies the job to a user. */
-  private static final String PREFIX = "spark.steward.";
   private static final String JOB_GROUP = "spark.jobGroup.id";
   private static final String JOB_TAGS = "spark.job.tags";
 
@@ -50,7 +49,7 @@ final class StewardListener extends SparkListener {
     String tags = null;
     if (props != null) {
       for (String name : props.stringPropertyNames()) {
-        if (name.startsWith(PREFIX)) {
+        if (name.startsWith(Handover.PREFIX)) {
           steward.add(new String[] {name, props.getProperty(name)});
         }
       }

@@ -3,7 +3,6 @@ package io.sparksteward.shim.local;
 import java.util.List;
 
 import io.sparksteward.shim.kernel.Errors;
-import io.sparksteward.shim.kernel.LocalDirs;
 import org.apache.spark.SparkContext;
 import org.apache.spark.scheduler.SparkListener;
 import org.apache.spark.scheduler.SparkListenerExecutorRemoved;
@@ -44,15 +43,11 @@ public final class AppEndDriver {
     };
   }
 
-  /** The driver half for {@code sc}, or null (logged) when no local dir can be resolved. */
-  public static AppEndDriver start(SparkContext sc) {
-    String localDir = LocalDirs.resolve(sc.conf().get(LocalDirs.LOCAL_DIR_KEY, ""));
-    if (localDir == null) {
-      LOG.warn(Errors.PREFIX + "no usable temp dir for the host-local working dir; executor "
-          + "hosts keep this application's folders until the next application starts there or "
-          + "`spark-steward gc --local-dir`");
-      return null;
-    }
+  /**
+   * The driver half for {@code sc}, whose executors use the host-local working dir {@code
+   * localDir} (Python's {@code StewardConf.local_dir()}, handed over resolved).
+   */
+  public static AppEndDriver start(SparkContext sc, String localDir) {
     AppEndDriver driver = new AppEndDriver(sc, localDir);
     sc.addSparkListener(driver.listener);
     return driver;

@@ -25,7 +25,7 @@ import io.sparksteward.shim.kernel.Checksums;
 import io.sparksteward.shim.kernel.Errors;
 import io.sparksteward.shim.kernel.EventBridge;
 import io.sparksteward.shim.kernel.EventEncoder;
-import io.sparksteward.shim.kernel.StewardConf;
+import io.sparksteward.shim.kernel.Handover;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FSDataOutputStream;
@@ -94,7 +94,7 @@ public final class StreamFiles {
   StreamFiles(Path path, Configuration conf) {
     this.path = path;
     this.conf = conf;
-    this.enabled = flag(conf, StewardConf.ENABLED_KEY) && flag(conf, STREAMS_ENABLED_KEY);
+    this.enabled = switchedOn(conf);
     if (enabled && "offsets".equals(path.getName()) && EventBridge.current() != null) {
       announce(path.getParent());
     }
@@ -103,10 +103,11 @@ public final class StreamFiles {
   /**
    * Sets {@code spark.sql.streaming.checkpointFileManagerClass} in {@code sc}'s live conf to the
    * manager of this Spark line (sessions copy it into the Hadoop conf of every checkpoint
-   * directory), keeping a class the user configured as the one it delegates to. Returns the
-   * class name.
+   * directory), keeping a class the user configured as the one it delegates to, and the
+   * {@code handover} Python resolved at attach as the context's record the managers read.
+   * Returns the class name.
    */
-  public static synchronized String install(SparkContext sc) {
+  public static synchronized String install(SparkContext sc, String handover) {
     String ours;
     try {
       Class.forName("org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager",
@@ -116,6 +117,8 @@ public final class StreamFiles {
       ours = StreamCheckpointFilesV40.class.getName();
     }
     SparkConf conf = sc.conf();
+    Handover.decode(handover);  // refused here, not in every manager, when malformed
+    conf.set(Handover.KEY, handover);
     String current = conf.get(CLASS_KEY, "").trim();
     if (!current.isEmpty() && !ownManager(current) && !conf.contains(DELEGATE_KEY)) {
       conf.set(DELEGATE_KEY, current);
@@ -145,8 +148,19 @@ public final class StreamFiles {
     return false;
   }
 
-  private static boolean flag(Configuration conf, String key) {
-    return !"false".equalsIgnoreCase(conf.get(key, "true").trim());
+  /**
+   * On for the session whose Hadoop conf {@code conf} is: its own switches where it set them,
+   * else what Python resolved for the context (Spark copies both into the conf it hands the
+   * manager). Without a record (a manager configured where no spark-steward Python resolved
+   * anything) it adds nothing; packs are still served.
+   */
+  private static boolean switchedOn(Configuration conf) {
+    String raw = conf.get(Handover.KEY);
+    Handover context = raw == null ? Handover.OFF : Handover.decode(raw);
+    return Handover.sessionSwitch(Handover.ENABLED_KEY, conf.get(Handover.ENABLED_KEY),
+            context.enabled)
+        && Handover.sessionSwitch(STREAMS_ENABLED_KEY, conf.get(STREAMS_ENABLED_KEY),
+            context.streamsEnabled);
   }
 
   /** {@code conf} for the manager Spark would have made: the user's class, or Spark's default. */
