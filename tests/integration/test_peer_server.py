@@ -101,7 +101,7 @@ def _start(app_dir: Path, executor: str, *options: int) -> Server:
     with open(stderr, "wb") as err:
         proc = subprocess.Popen(
             ["java", "-Dlog4j2.configurationFile=org/apache/spark/log4j2-defaults.properties",
-             "-cp", classpath, "io.sparksteward.shim.PeerServer", str(app_dir), "127.0.0.1",
+             "-cp", classpath, "io.sparksteward.shim.blob.PeerServer", str(app_dir), "127.0.0.1",
              executor, *map(str, options)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
     assert proc.stdout is not None
