@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from spark_steward.errors import StreamActive
-from spark_steward.lifecycle.packs import PACKS_FOLDER, packable
+from spark_steward.streams.lifecycle.packs import PACKS_FOLDER, packable
 from spark_steward.storage import Storage
 from spark_steward.streams.location import Location
 from spark_steward.streams.packer import Packer

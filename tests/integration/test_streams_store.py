@@ -17,7 +17,7 @@ import pytest
 from spark_steward.applications import ApplicationRecord, ApplicationRegistry
 from spark_steward.errors import StorageError, StreamActive, StreamError
 from spark_steward.lifecycle.liveness import Place
-from spark_steward.lifecycle.streams import LocationCheck, StreamRecord, StreamState
+from spark_steward.streams.lifecycle.locations import LocationCheck, StreamRecord, StreamState
 from spark_steward.storage import Storage
 from spark_steward.streams.gc import collect_streams
 from spark_steward.streams.location import Location, checksum_sidecar, fsspec_url

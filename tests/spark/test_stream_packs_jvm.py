@@ -37,7 +37,7 @@ import crc32c
 import pytest
 from py4j.protocol import Py4JJavaError
 
-from spark_steward.lifecycle.packs import PACKS_FOLDER, packable
+from spark_steward.streams.lifecycle.packs import PACKS_FOLDER, packable
 from spark_steward.storage import Storage
 from spark_steward.streams.location import Location
 from spark_steward.streams.packer import Packer

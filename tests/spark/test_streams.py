@@ -20,7 +20,7 @@ import pytest
 
 import spark_steward
 from spark_steward.errors import StreamActive
-from spark_steward.lifecycle.streams import StreamState
+from spark_steward.streams.lifecycle.locations import StreamState
 from spark_steward.streams.service import StreamService
 from spark_steward.streams.store import StreamStore
 from tests.support.faulty_files import CLASS as FAULTY, DIR_KEY, deletes_asked

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from spark_steward.lifecycle.packs import PACK_NAME
+from spark_steward.streams.lifecycle.packs import PACK_NAME
 from spark_steward.storage import Storage
 from spark_steward.streams.packs import Packs
 from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit, steward_conf

@@ -14,7 +14,7 @@ from tests.unit.module_graph import Edge, ModuleGraph
 
 ROOT = Path(__file__).resolve().parents[2] / "python"
 PKG = "spark_steward"
-CAPABILITIES = ("blob", "checkpoint", "tables", "local")
+CAPABILITIES = ("blob", "checkpoint", "tables", "local", "streams")
 IMPURE_STDLIB = ("socket", "subprocess")  # the standard library a pure core may not use
 # JVM handle uses allowed outside kernel.jvm: (module, what), each with why.
 JVM_HANDLE_EXCEPTIONS = {
@@ -53,8 +53,10 @@ def is_low(g: ModuleGraph, module: str) -> bool:
 
 
 def is_pure_core(module: str) -> bool:
+    """lifecycle/ and, in a capability, every lifecycle module or package (``blob.lifecycle``,
+    ``checkpoint.merging.lifecycle``, ``streams.lifecycle.packs``)."""
     return under(module, f"{PKG}.lifecycle") or (
-        capability(module) is not None and module.endswith(".lifecycle"))
+        capability(module) is not None and "lifecycle" in module.split(".")[2:])
 
 
 def pure_core_may_import(src: str, dst: str) -> bool:
@@ -179,6 +181,12 @@ BROKEN: dict[str, tuple[dict[str, str], Rule, set[tuple[str, str]]]] = {
     "pure core importing pyspark": (
         {f"{P}/blob/lifecycle.py": "import os\nimport pyspark.sql\n"},
         impure_cores, {(f"{P}.blob.lifecycle", "pyspark.sql")}),
+    "pure core package module importing fsspec and its capability's service": (
+        {f"{P}/blob/lifecycle/__init__.py": "", f"{P}/blob/lifecycle/refs.py":
+            "from spark_steward.blob.lifecycle import other\nimport fsspec\n"
+            "from spark_steward.blob import service\n"},
+        impure_cores, {(f"{P}.blob.lifecycle.refs", "fsspec"),
+                       (f"{P}.blob.lifecycle.refs", f"{P}.blob.service")}),
     "py4j and a JVM handle outside kernel.jvm": (
         {f"{P}/blob/server.py": "from py4j.java_gateway import JavaObject\n"
                                 "importlib.import_module('py4j.protocol')\nsc._jsc.stop()\n"},

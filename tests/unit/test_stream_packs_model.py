@@ -27,7 +27,7 @@ from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from spark_steward.lifecycle import packs as rules
+from spark_steward.streams.lifecycle import packs as rules
 from spark_steward.streams.location import Location, checksum_sidecar
 from spark_steward.streams.packer import Packer
 from spark_steward.streams.packs import Packs, PackState

@@ -1,4 +1,5 @@
-"""lifecycle/streams.py: the pure rules of streaming checkpoint locations, with explicit clocks."""
+"""streams/lifecycle/locations.py: the pure rules of streaming checkpoint locations, with
+explicit clocks."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_steward.lifecycle.streams import (
+from spark_steward.streams.lifecycle.locations import (
     SPARK_TEMP,
     LocationCheck,
     StreamRecord,

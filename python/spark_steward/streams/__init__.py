@@ -15,9 +15,10 @@ With ``spark.steward.streams.pack.enabled`` old files are packed into few physic
 
 ``spark-steward streams ls|du|drop|unpack`` does the same from any machine that sees the storage dir.
 
-Inside: ``registry`` (the records), ``location`` (one location through fsspec), ``store``
-(states, drops, unpacks), ``packs``/``packer`` (packing), ``service`` (the driver service) and
-``gc`` (``spark-steward gc``).
+Inside: ``lifecycle/`` (the pure rules of locations and packs), ``registry`` (the records),
+``location`` (one location through fsspec), ``store`` (states, drops, unpacks),
+``packs``/``packer`` (packing), ``service`` (the driver service) and ``gc``
+(``spark-steward gc``).
 """
 
 from __future__ import annotations

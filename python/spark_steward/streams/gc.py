@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from spark_steward.errors import StewardError
 from spark_steward.gc import Deleted, Failed, GcReport, Progress, Skipped
-from spark_steward.lifecycle.streams import LocationCheck, StreamState
+from spark_steward.streams.lifecycle.locations import LocationCheck, StreamState
 from spark_steward.streams.store import StreamStore
 
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_steward.errors import StewardError, StorageError, StreamError
-from spark_steward.lifecycle.packs import PACK_NAME, PACKS_FOLDER
-from spark_steward.lifecycle.streams import (INTENTS_FOLDER, OWN_FOLDER, rewritten_since_asked,
-                                             temp_sweepable)
+from spark_steward.streams.lifecycle.packs import PACK_NAME, PACKS_FOLDER
+from spark_steward.streams.lifecycle.locations import (INTENTS_FOLDER, OWN_FOLDER,
+                                                       rewritten_since_asked, temp_sweepable)
 from spark_steward.storage import Storage
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ and its ``.crc``), ~50,000 in steady state at 200 partitions. Files of batches a
 runs again); each cycle puts them into one pack and, ``streams.pack.grace`` after a pack became
 visible, removes their loose copies. The JVMs' file managers serve packed files as if loose.
 
-One cycle, in this order (``lifecycle/packs.py`` holds the rules, model-checked):
+One cycle, in this order (``streams/lifecycle/packs.py`` holds the rules, model-checked):
 
 1. read the packs, the catalog and the tombstones; list the loose files;
 2. settle each pack visible for the grace: members Spark deleted or rewrote meanwhile are
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from spark_steward.errors import Cancelled, StewardError, StreamError
-from spark_steward.lifecycle import packs as rules
-from spark_steward.lifecycle.packs import LooseFile
+from spark_steward.streams.lifecycle import packs as rules
+from spark_steward.streams.lifecycle.packs import LooseFile
 from spark_steward.storage import Storage
 from spark_steward.streams.location import Location, checksum_sidecar
 from spark_steward.streams.packs import Packs, encode

@@ -25,8 +25,9 @@ from typing import Callable, Iterable
 import crc32c as _crc32c
 
 from spark_steward.errors import StorageError, StreamError
-from spark_steward.lifecycle.packs import (CATALOG, PACK_NAME, PACKS_FOLDER, TOMBSTONES_FOLDER,
-                                           Member, Pack, forward, live_members, packable)
+from spark_steward.streams.lifecycle.packs import (CATALOG, PACK_NAME, PACKS_FOLDER,
+                                                   TOMBSTONES_FOLDER, Member, Pack, forward,
+                                                   live_members, packable)
 from spark_steward.storage import Storage
 
 MAGIC = b"STWPACK1"

@@ -10,7 +10,7 @@ import logging
 from typing import Iterator
 
 from spark_steward.errors import StewardError, StreamError
-from spark_steward.lifecycle.streams import StreamRecord, normal_location, valid_query_id
+from spark_steward.streams.lifecycle.locations import StreamRecord, normal_location, valid_query_id
 from spark_steward.storage import Storage
 
 log = logging.getLogger(__name__)

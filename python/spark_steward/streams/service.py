@@ -35,8 +35,8 @@ from spark_steward.kernel.events import (StreamLocation, StreamProgress, StreamS
                                          StreamTerminated)
 from spark_steward.kernel.runtime import RuntimeService
 from spark_steward.kernel.session import active_session
-from spark_steward.lifecycle.streams import (StreamRecord, StreamState, normal_location,
-                                             valid_query_id)
+from spark_steward.streams.lifecycle.locations import (StreamRecord, StreamState, normal_location,
+                                                       valid_query_id)
 from spark_steward.streams.location import Location
 from spark_steward.streams.packer import Cancelled, Packer
 from spark_steward.streams.store import StreamStore

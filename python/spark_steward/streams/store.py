@@ -16,9 +16,9 @@ from typing import Any, Callable
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.errors import StewardError, StreamActive, StreamError
 from spark_steward.gc import application_liveness, is_collectable
-from spark_steward.lifecycle.streams import (LocationCheck, StreamRecord, StreamState,
-                                             drop_refusal, forget_refusal, normal_location,
-                                             state_of)
+from spark_steward.streams.lifecycle.locations import (LocationCheck, StreamRecord, StreamState,
+                                                       drop_refusal, forget_refusal,
+                                                       normal_location, state_of)
 from spark_steward.streams.location import Location, Survey
 from spark_steward.streams.packer import unpack
 from spark_steward.streams.packs import Packs

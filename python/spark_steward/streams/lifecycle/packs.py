@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from spark_steward.lifecycle.streams import OWN_FOLDER
+from spark_steward.streams.lifecycle.locations import OWN_FOLDER
 
 PACKS_FOLDER = f"{OWN_FOLDER}/packs"
 TOMBSTONES_FOLDER = f"{PACKS_FOLDER}/dead"
