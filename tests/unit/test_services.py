@@ -1,5 +1,6 @@
-"""kernel.services: capabilities found by name (entry points, register_service), the built-in
-ones required, a broken third party's skipped; and the executor setup run once per process."""
+"""kernel.services over capabilities.declared(): capabilities found by name (entry points,
+register_service), the built-in ones required, a broken third party's skipped; and the executor
+setup run once per process."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from spark_steward import capabilities
+from spark_steward.capabilities import Capability
 from spark_steward.errors import SetupError
 from spark_steward.kernel import executor, patches, services
 from spark_steward.kernel.runtime import RuntimeService, build_services
@@ -34,6 +37,7 @@ class Fake(RuntimeService):
 
 @pytest.fixture
 def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(capabilities, "_declared", None)
     monkeypatch.setattr(services, "_entry_points", None)
     monkeypatch.setattr(services, "_REGISTERED", [])
 
@@ -43,7 +47,7 @@ def with_points(monkeypatch: pytest.MonkeyPatch, *points: Point) -> None:
 
 
 def built_ins() -> list[Point]:
-    return [Point(name, Fake) for name in services.BUILT_IN]
+    return [Point(name, Capability(name, service=Fake)) for name in services.BUILT_IN]
 
 
 def test_the_installed_package_registers_every_built_in_in_start_order(
@@ -65,6 +69,34 @@ def test_a_broken_built_in_fails_attach_naming_it(fresh_registry: None,
     with_points(monkeypatch, *built_ins()[1:], Point("local", ImportError("no module x")))
     with pytest.raises(SetupError, match="'local'.*cannot be loaded.*no module x"):
         services.discover()
+
+
+def test_a_built_in_whose_service_cannot_be_imported_fails_attach_naming_it(
+        fresh_registry: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    with_points(monkeypatch, *built_ins()[1:],
+                Point("local", Capability("local", service="no_such_module_x:Service")))
+    with pytest.raises(SetupError, match="'local' \\(no_such_module_x:Service\\) cannot be "
+                                         "loaded.*no_such_module_x.*reinstall"):
+        services.discover()
+
+
+def test_a_third_party_declared_by_its_service_class_alone_is_attached(
+        fresh_registry: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    with_points(monkeypatch, *built_ins(), Point("audit", Fake))
+    specs = services.discover()
+    assert [s.name for s in specs] == [*services.BUILT_IN, "audit"]
+    assert {s.name: s.factory for s in specs}["audit"] is Fake
+    assert capabilities.declared().capabilities[-1] == Capability("audit", service=Fake)
+
+
+def test_a_declaration_under_another_name_is_a_broken_entry_point(
+        fresh_registry: None, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    with_points(monkeypatch, *built_ins(), Point("audit", Capability("other", service=Fake)))
+    with caplog.at_level(logging.WARNING, logger=services.__name__):
+        found = [spec.name for spec in services.discover()]
+    assert found == list(services.BUILT_IN)
+    assert "'audit'" in caplog.text and "declares the capability 'other'" in caplog.text
 
 
 def test_a_broken_third_party_is_skipped_with_a_warning(

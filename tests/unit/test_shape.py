@@ -5,6 +5,7 @@ fails here in milliseconds instead of as a cycle or a stray pyspark patch at run
 from __future__ import annotations
 
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
@@ -14,7 +15,25 @@ from tests.unit.module_graph import Edge, ModuleGraph
 
 ROOT = Path(__file__).resolve().parents[2] / "python"
 PKG = "spark_steward"
-CAPABILITIES = ("blob", "checkpoint", "tables", "local", "streams")
+#: Folders of the package that are no capability.
+NOT_CAPABILITIES = ("kernel", "lifecycle")
+
+
+def declarations() -> dict[str, str]:
+    """``name -> module:attr`` of every capability the installed spark-steward declares (the
+    entry points the kernel, the CLI and config read)."""
+    points = metadata.distribution("spark-steward").entry_points
+    return {p.name: p.value for p in points if p.group == "spark_steward.services"}
+
+
+def folder_of(value: str) -> str | None:
+    """The capability folder a declaration ``spark_steward.<folder>.<module>:<attr>`` sits in."""
+    parts = value.partition(":")[0].split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == PKG else None
+
+
+#: The capability folders, as declared: a new capability is held by every rule below.
+CAPABILITIES = tuple(sorted({f for f in map(folder_of, declarations().values()) if f}))
 IMPURE_STDLIB = ("socket", "subprocess")  # the standard library a pure core may not use
 # JVM handle uses allowed outside kernel.jvm: (module, what), each with why.
 JVM_HANDLE_EXCEPTIONS = {
@@ -158,6 +177,31 @@ def test_only_kernel_jvm_imports_py4j_or_touches_jvm_handles(tree: ModuleGraph) 
 
 def test_only_kernel_patches_assigns_attributes_of_pyspark_objects(tree: ModuleGraph) -> None:
     holds(patches_outside_kernel(tree))
+
+
+def test_every_capability_folder_is_declared_and_every_declaration_names_a_folder() -> None:
+    folders = {d.name for d in (ROOT / PKG).iterdir()
+               if (d / "__init__.py").is_file() and d.name not in NOT_CAPABILITIES}
+    undeclared = sorted(folders - set(CAPABILITIES))
+    assert not undeclared, f"capability folders without an entry point in setup.cfg: {undeclared}"
+    astray = {name: value for name, value in declarations().items()
+              if folder_of(value) not in folders}
+    assert not astray, f"entry points that name no capability folder: {astray}"
+
+
+def test_each_capability_declares_only_parts_from_its_own_folder() -> None:
+    from spark_steward.capabilities import Capability, load
+
+    astray = []
+    for name, value in declarations().items():
+        capability = load(value)
+        assert isinstance(capability, Capability) and capability.name == name, value
+        inside = f"{PKG}.{folder_of(value)}."
+        parts = (capability.service, capability.cli, capability.gc, capability.config,
+                 capability.errors)
+        astray += [f"{name}: {part}" for part in parts
+                   if isinstance(part, str) and not part.startswith(inside)]
+    assert not astray, "a capability's parts live in its folder:\n" + "\n".join(astray)
 
 
 # Self-tests: BASE passes every rule; each case adds files that break one and must be named.

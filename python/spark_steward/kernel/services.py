@@ -1,25 +1,24 @@
 """The registry of capabilities: what the driver runtime builds a service of at attach.
 
-A capability (blobs, checkpoints, cached tables, local state, a third party's) is a
+A capability (blobs, checkpoints, cached tables, local state, streams, a third party's) brings a
 ``RuntimeService`` (:mod:`spark_steward.kernel.runtime`). The kernel imports no capability: it
-finds them by name at attach, from the entry points of the group ``spark_steward.services``
-(the built-in ones are declared in setup.cfg exactly as a third party declares its own) and
-from :func:`register_service` calls made in this process.
+finds them by name at attach, from their declarations (:mod:`spark_steward.capabilities`: the
+entry points of the group ``spark_steward.services``, the built-in ones declared in setup.cfg
+exactly as a third party declares its own) and from :func:`register_service` calls made in this
+process.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any, Callable
 
+from spark_steward import capabilities
+from spark_steward.capabilities import BUILT_IN
 from spark_steward.errors import SetupError
 
 log = logging.getLogger(__name__)
-
-#: The entry point group capabilities are declared in: ``name = module:ServiceClass``.
-ENTRY_POINT_GROUP = "spark_steward.services"
 
 #: Builds one capability's service (a RuntimeService of kernel.runtime) for a new runtime.
 ServiceFactory = Callable[[], Any]
@@ -42,52 +41,43 @@ def register_service(name: str, factory: ServiceFactory) -> None:
 
     >>> register_service("audit", AuditService)          # doctest: +SKIP
 
-    Installed packages can instead declare an entry point in the group
-    ``spark_steward.services``, which needs no import before attach.
+    Installed packages can instead declare their capability with an entry point in the group
+    ``spark_steward.services`` (:mod:`spark_steward.capabilities`), which needs no import
+    before attach.
     """
     if all(spec.name != name for spec in _REGISTERED):
         _REGISTERED.append(ServiceSpec(name, factory, "register_service"))
 
 
-#: The capabilities spark-steward itself declares: attach refuses to run without them (their
-#: absence means the package metadata is stale or missing, not a choice).
-BUILT_IN = ("local", "blobs", "checkpoints", "tables", "streams")
-#: The distribution that declares them.
-DISTRIBUTION = "spark-steward"
-
 _entry_points: list[ServiceSpec] | None = None
 
 
 def _entry_point_specs() -> list[ServiceSpec]:
-    """The entry points of the group, loaded once per process. A built-in one that cannot be
-    loaded fails attach; a third party's is skipped with a warning (a broken extension must not
-    stop every Spark application of the environment)."""
+    """The declared capabilities' services, loaded once per process. A built-in one that cannot
+    be loaded fails attach; a third party's is skipped with a warning (a broken extension must
+    not stop every Spark application of the environment)."""
     global _entry_points
     if _entry_points is not None:
         return _entry_points
+    found = capabilities.declared()
+    problem = found.built_in_problem()
+    if problem:
+        raise SetupError(problem)
+    for _, why in found.broken:
+        log.warning("%s; attaching without it", why)
     specs = []
-    for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for capability in found.capabilities:
+        source = capability.service if isinstance(capability.service, str) else capability.name
         try:
-            factory = point.load()
-            if not callable(factory):
-                raise TypeError("not a RuntimeService class or factory")
+            factory = capability.service_factory()
         except Exception as exc:
-            problem = (f"spark-steward capability {point.name!r} ({point.value}, entry point "
-                       f"group {ENTRY_POINT_GROUP}) cannot be loaded: {type(exc).__name__}: "
-                       f"{exc}")
-            if point.name in BUILT_IN:
+            problem = (f"spark-steward capability {capability.name!r} ({source}) cannot be "
+                       f"loaded: {type(exc).__name__}: {exc}")
+            if capability.name in BUILT_IN:
                 raise SetupError(f"{problem}; reinstall spark-steward") from exc
             log.warning("%s; attaching without it", problem)
             continue
-        specs.append(ServiceSpec(point.name, factory, point.value))
-    missing = [name for name in BUILT_IN if all(spec.name != name for spec in specs)]
-    if missing:
-        raise SetupError(
-            f"spark-steward's built-in capabilities {', '.join(missing)} are not registered "
-            f"(entry point group {ENTRY_POINT_GROUP} of the {DISTRIBUTION} distribution): the "
-            "package's metadata is missing or stale, as with a source tree on PYTHONPATH or an "
-            "install from before an upgrade; install it with pip (pip install spark-steward, or "
-            "pip install -e . in a checkout)")
+        specs.append(ServiceSpec(capability.name, factory, source))
     _entry_points = specs
     return specs
 

@@ -1,0 +1,14 @@
+"""The checkpoints capability as spark-steward plugs it in: declared in setup.cfg's entry point group
+``spark_steward.services`` exactly as a third party's (:mod:`spark_steward.capabilities`).
+
+Checkpoint store (FLIP-270): checkpoint series with repeatable cleanup.
+"""
+
+from __future__ import annotations
+
+from spark_steward.capabilities import Capability
+
+CAPABILITY = Capability(
+    "checkpoints",
+    service="spark_steward.checkpoint.service:CheckpointService",
+)
