@@ -22,9 +22,12 @@ This module imports nothing of spark-steward: the low modules that assemble capa
 from __future__ import annotations
 
 import importlib
+import logging
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any, Callable, Literal
+
+log = logging.getLogger(__name__)
 
 #: The entry point group capabilities are declared in.
 ENTRY_POINT_GROUP = "spark_steward.services"
@@ -137,3 +140,22 @@ def _read_entry_points() -> Declared:
     order = {name: i for i, name in enumerate(BUILT_IN)}
     ranked = sorted(found.values(), key=lambda c: (order.get(c.name, len(order)), c.name))
     return Declared(tuple(ranked), tuple(broken))
+
+
+def loaded(part: Literal["cli", "gc", "config", "errors"]) -> list[tuple[Capability, Any]]:
+    """Each declared capability that has ``part``, with that part imported. A built-in's that
+    cannot be imported raises (a broken install); a third party's is left out with a warning
+    (a broken extension must not stop every command)."""
+    found = []
+    for capability in declared().capabilities:
+        name = getattr(capability, part)
+        if name is None:
+            continue
+        try:
+            found.append((capability, load(name)))
+        except Exception as exc:
+            if capability.name in BUILT_IN:
+                raise
+            log.warning("spark-steward capability %r: its %s %s cannot be loaded, left out: "
+                        "%s: %s", capability.name, part, name, type(exc).__name__, exc)
+    return found

@@ -298,8 +298,8 @@ def cmd_checkpoints_ls(args: argparse.Namespace) -> int:
 
 
 def _stream_store(args: argparse.Namespace) -> "StreamStore":
-    from spark_steward.config import (STREAMS_ABANDONED_AFTER, STREAMS_DROP_GRACE,
-                                      STREAMS_TEMP_HORIZON)
+    from spark_steward.streams.config_keys import (STREAMS_ABANDONED_AFTER, STREAMS_DROP_GRACE,
+                                                   STREAMS_TEMP_HORIZON)
     from spark_steward.streams.store import StreamStore
 
     registry = open_registry(args)
@@ -558,7 +558,7 @@ def _collect_blobs(registry: "ApplicationRegistry", args: argparse.Namespace,
 def _collect_checkpoints(registry: "ApplicationRegistry", args: argparse.Namespace,
                          progress: "Progress | None") -> "GcReport":
     from spark_steward.checkpoint.gc import collect_garbage
-    from spark_steward.config import CHECKPOINTS_ORPHAN_GRACE
+    from spark_steward.checkpoint.config_keys import CHECKPOINTS_ORPHAN_GRACE
 
     grace = (CHECKPOINTS_ORPHAN_GRACE.parse(args.orphan_grace) if args.orphan_grace
              else CHECKPOINTS_ORPHAN_GRACE.default)
@@ -568,7 +568,7 @@ def _collect_checkpoints(registry: "ApplicationRegistry", args: argparse.Namespa
 
 def _collect_caches(registry: "ApplicationRegistry", args: argparse.Namespace,
                     progress: "Progress | None") -> "GcReport":
-    from spark_steward.config import CACHE_ORPHAN_GRACE, CACHE_SHARED_RETENTION
+    from spark_steward.tables.config_keys import CACHE_ORPHAN_GRACE, CACHE_SHARED_RETENTION
     from spark_steward.tables.gc import collect_garbage
 
     grace = (CACHE_ORPHAN_GRACE.parse(args.orphan_grace) if args.orphan_grace

@@ -1,9 +1,15 @@
 """Every ``spark.steward.*`` key in one table: name, type, default, doc.
 
-Code reads typed values through :class:`StewardConf`, never raw strings. README's configuration
-section is generated from :data:`KEYS` (``spark-steward conf --markdown``) and a test keeps the two
-in sync. A bad value raises :class:`~spark_steward.errors.ConfigError` with one line naming the
-key, the value and what is allowed.
+The kernel's keys are declared here; each capability declares its own in its folder (the
+``config`` module its :class:`~spark_steward.capabilities.Capability` names, e.g.
+``blob/config_keys.py``) with the same :class:`ConfigKey`, and :data:`KEYS` lists them all: the
+kernel's first, then each capability's in capability order. A capability's key is also reached
+here by its constant's name (``config.BLOB_HA``), as before the keys moved.
+
+Code reads typed values through :class:`StewardConf`, never raw strings. The configuration table
+in docs/ is generated from :data:`KEYS` (``spark-steward conf --markdown``) and a test keeps the
+two in sync. A bad value raises :class:`~spark_steward.errors.ConfigError` with one line naming
+the key, the value and what is allowed.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, TypeVar
 
+from spark_steward import capabilities
 from spark_steward.errors import ConfigError
 from spark_steward.lifecycle.retry import RetryStrategy
 
@@ -145,14 +152,72 @@ class ConfigKey(Generic[T]):
         return self.parse(self.default_text) if self.default_text != "" else self.type.parse("")
 
 
-KEYS: dict[str, ConfigKey[Any]] = {}
+class KeyTable(Mapping[str, "ConfigKey[Any]"]):
+    """Every key by name: the kernel's in declaration order, then each declared capability's
+    (the ConfigKey constants of its ``config`` module, in their order), capabilities in
+    :func:`spark_steward.capabilities.declared` order. Assembled on first read, so importing
+    this module imports no capability."""
+
+    def __init__(self) -> None:
+        self._kernel: dict[str, ConfigKey[Any]] = {}
+        self._assembled: tuple[capabilities.Declared, dict[str, ConfigKey[Any]]] | None = None
+
+    def add(self, key: ConfigKey[Any]) -> None:
+        """Declares one of the kernel's keys."""
+        self._kernel[key.name] = key
+        self._assembled = None
+
+    def _keys(self) -> dict[str, ConfigKey[Any]]:
+        declared = capabilities.declared()
+        if self._assembled is None or self._assembled[0] is not declared:
+            keys = dict(self._kernel)
+            owners = dict.fromkeys(keys, "spark_steward.config")
+            for capability, module in capabilities.loaded("config"):
+                for key in capability_keys(module):
+                    if keys.get(key.name, key) is not key:
+                        raise ConfigError(f"{key.name} is declared twice: by {owners[key.name]} "
+                                          f"and by {module.__name__} (capability "
+                                          f"{capability.name!r})")
+                    keys[key.name] = key
+                    owners.setdefault(key.name, module.__name__)
+            self._assembled = (declared, keys)
+        return self._assembled[1]
+
+    def __getitem__(self, name: str) -> ConfigKey[Any]:
+        return self._keys()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+
+def capability_keys(module: Any) -> list[ConfigKey[Any]]:
+    """The ConfigKey constants a capability's ``config`` module defines, in their order."""
+    return [value for name, value in vars(module).items()
+            if isinstance(value, ConfigKey) and name.isupper()]
+
+
+KEYS = KeyTable()
 
 
 def _key(name: str, type_: ConfigType[T], default: str, doc: str, *,
          choices: tuple[str, ...] = (), minimum: float | None = None) -> ConfigKey[T]:
     key = ConfigKey(name, type_, default, doc, choices, minimum)
-    KEYS[name] = key
+    KEYS.add(key)
     return key
+
+
+def __getattr__(name: str) -> ConfigKey[Any]:
+    """A capability's key by its constant's name (``spark_steward.config.BLOB_HA``): the names
+    the keys had here before each capability declared its own still answer."""
+    if not name.startswith("__"):
+        for _, module in capabilities.loaded("config"):
+            value = vars(module).get(name)
+            if isinstance(value, ConfigKey):
+                return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _default_root() -> Path:
@@ -191,13 +256,6 @@ LOCAL_DIR = _key(
     "in it survive executor restarts and are removed when their application ends. It is private "
     "to the application's user: an existing one that is a symbolic link, another user's or "
     "writable by others is refused.")
-LOCAL_MAX_BYTES = _key(
-    "spark.steward.local.max-bytes", SIZE, "0",
-    "Most bytes of host-local files (blob cache, `local.state` values, table replicas) one "
-    "application keeps "
-    "on each host (`0`: unbounded). The least recently used entries no task uses are evicted "
-    "first; when that cannot make room a `put` fails with `LocalSpaceFull` and a blob read streams "
-    "into a file of the task instead.", minimum=0)
 EVENTS_BUFFER_CAPACITY = _key(
     "spark.steward.events.buffer-capacity", INT, "100000",
     "Events the JVM shim holds for Python before it drops (and counts) new ones. Read by the "
@@ -217,213 +275,6 @@ HEARTBEAT_TIMEOUT = _key(
     "A running application whose heartbeat is older than this is taken as crashed. Where the "
     "judging process shares the driver's hostname, boot and PID namespace, the driver process "
     "decides instead: vanished is crashed at once, running is live.", minimum=0.01)
-BLOB_RETENTION_INTERVAL = _key(
-    "spark.steward.blob.retention.interval", DURATION, "30min",
-    "Staged cleanup period of blobs (FLIP-19 `blob.retention.interval`): an unreferenced blob, "
-    "and a blob put before any job used it, stays at least this long and at most twice this "
-    "long; re-use in that window rescues it.", minimum=0.001)
-BLOB_HA = _key(
-    "spark.steward.blob.ha", BOOL, "true",
-    "When the storage dir is set explicitly, every blob is also written there (HA "
-    "copy) before its put returns, and executors read it from there before asking the driver. "
-    "The embedded default storage is never used for HA copies.")
-BLOB_SERVER_PORT = _key(
-    "spark.steward.blob.server.port", INT, "0",
-    "Port of the driver's blob server (0 picks a free one). It listens on "
-    "`spark.driver.bindAddress` (else `spark.driver.host`) and executors dial "
-    "`spark.driver.host` at this port: behind NAT, forward it like `spark.driver.port`.",
-    minimum=0)
-BLOB_SERVER_MAX_CONNECTIONS = _key(
-    "spark.steward.blob.server.max-connections", INT, "256",
-    "Most concurrent authenticated blob server connections; more are refused with an error "
-    "reply.", minimum=1)
-BLOB_SERVER_MAX_UNAUTHENTICATED = _key(
-    "spark.steward.blob.server.max-unauthenticated", INT, "64",
-    "Most connections still in the handshake, counted apart from `max-connections`; when full, "
-    "the oldest is dropped to admit a new one, so idle sockets cannot lock executors out.",
-    minimum=1)
-BLOB_SERVER_MAX_UNAUTHENTICATED_PER_PEER = _key(
-    "spark.steward.blob.server.max-unauthenticated-per-peer", INT, "8",
-    "Most connections one peer address may hold in the handshake; its oldest is dropped "
-    "beyond that.", minimum=1)
-BLOB_ENCRYPTION = _key(
-    "spark.steward.blob.encryption", STRING, "auto",
-    "TLS 1.3 for blob transfers, with a certificate the driver makes for the application and "
-    "executors pin: `auto` (on when Spark's own transfers are encrypted: "
-    "`spark.network.crypto.enabled`, `spark.ssl.enabled` or `spark.ssl.rpc.enabled`), `true` "
-    "or `false`.", choices=("auto", "true", "false"))
-BLOB_SERVER_HANDSHAKE_TIMEOUT = _key(
-    "spark.steward.blob.server.handshake-timeout", DURATION, "5s",
-    "Time a new connection has to prove the application's secret, apart from the transfer "
-    "timeout (`network-timeout`).", minimum=0.05)
-BLOB_SERVER_MAX_FRAME = _key(
-    "spark.steward.blob.server.max-frame", SIZE, "64k",
-    "Largest request frame the blob server reads; a larger declared length gets an error reply "
-    "and the connection is closed.", minimum=256)
-BLOB_NETWORK_TIMEOUT = _key(
-    "spark.steward.blob.network-timeout", DURATION, "60s",
-    "Socket timeout of blob server connections on both sides.", minimum=0.01)
-BLOB_FETCH_ATTEMPTS = _key(
-    "spark.steward.blob.fetch.attempts", INT, "3",
-    "How often an executor tries each source (HA store, blob server) before a blob read fails.",
-    minimum=1)
-BLOB_SAME_HOST_LINK = _key(
-    "spark.steward.blob.cache.same-host-link", BOOL, "true",
-    "Executors on the driver's host hard-link the driver's verified copy into their cache "
-    "instead of transferring it (then verify it like any other copy). `false` makes them use "
-    "the HA store and the blob server as on any other host.")
-BLOB_PEER_ENABLED = _key(
-    "spark.steward.blob.peer.enabled", BOOL, "true",
-    "Executor hosts fetch blobs of at least `peer.min-bytes` in pieces from each other and from "
-    "the driver at once, each piece checked (crc32c) and the whole blob against its key; every "
-    "executor JVM serves the verified pieces its host holds. `false`: every host fetches the "
-    "whole blob from the HA store or the blob server.")
-BLOB_PEER_MIN_BYTES = _key(
-    "spark.steward.blob.peer.min-bytes", SIZE, "16m",
-    "Smallest blob fetched from peers; smaller ones come whole from one source.", minimum=0)
-BLOB_PEER_CONNECTIONS = _key(
-    "spark.steward.blob.peer.connections", INT, "4",
-    "Peers one host fetches pieces from at once (besides the driver).", minimum=1)
-BLOB_PEER_MAX_CONNECTIONS = _key(
-    "spark.steward.blob.peer.max-connections", INT, "16",
-    "Most authenticated connections each executor's peer server serves at once; more are "
-    "refused with a `busy` reply and fetch elsewhere.", minimum=1)
-BLOB_PEER_RATE = _key(
-    "spark.steward.blob.peer.rate", SIZE, "0",
-    "Upload cap of each executor's peer server in bytes per second (`0`: none), so serving "
-    "peers leaves room for the executor's shuffle traffic.", minimum=0)
-BLOB_TRANSPARENT = _key(
-    "spark.steward.blob.transparent", BOOL, "true",
-    "Routes `sc.addFile`, `sc.addArchive` and `SparkFiles.get` of sessions with spark-steward on "
-    "through the blob service (verified, cached, cleaned up).")
-CHECKPOINTS_RETAINED = _key(
-    "spark.steward.checkpoints.retained", INT, "1",
-    "Completed checkpoints kept per series (Flink's `state.checkpoints.num-retained`); older "
-    "ones are subsumed and deleted. `checkpoints(name, retained=n)` overrides it per series.",
-    minimum=1)
-CHECKPOINTS_ORPHAN_GRACE = _key(
-    "spark.steward.checkpoints.orphan-grace", DURATION, "1h",
-    "Checkpoint data or artifacts that no metadata entry owns are deleted at attach and by "
-    "`spark-steward gc` once they are this old (a safety window for writers on storage that "
-    "lists new objects late).", minimum=0)
-CHECKPOINTS_TRANSPARENT = _key(
-    "spark.steward.checkpoints.transparent", BOOL, "true",
-    "Owns Spark's own reliable checkpoints (`sc.setCheckpointDir` with `df.checkpoint()` / "
-    "`rdd.checkpoint()`) in sessions with spark-steward on: registered before they are written, "
-    "deleted repeatably when Spark's cleaner drops the checkpointed RDD, at stop, and after a "
-    "crash. Also turns on `spark.cleaner.referenceTracking.cleanCheckpoints` unless it is set.")
-CHECKPOINTS_COMPRESSION = _key(
-    "spark.steward.checkpoints.compression", STRING, "zstd",
-    "Codec of the checkpoint data a save writes: `zstd` (level 1), `lz4` (LZ4 frame) or "
-    "`none`. Merged segments use Arrow IPC buffer compression (any Arrow reader opens them); "
-    "one-file-per-partition data compresses each block. Restore reads every codec and the "
-    "uncompressed data of older versions whatever this says. Settable per session; a change "
-    "makes the next save across the checkpoint boundary rewrite every segment once.",
-    choices=("zstd", "lz4", "none"))
-CHECKPOINTS_MERGING = _key(
-    "spark.steward.checkpoints.file-merging.enabled", BOOL, "true",
-    "Saves checkpoints file-merged (FLIP-306): each partition is one Arrow IPC segment and a "
-    "save writes a few physical files instead of one per partition. Restore reads either "
-    "layout whatever this says. Settable per session.")
-CHECKPOINTS_MERGING_MAX_FILE_SIZE = _key(
-    "spark.steward.checkpoints.file-merging.max-file-size", SIZE, "128m",
-    "Largest physical file a merged save appends to; a segment that would pass it starts the "
-    "next file (a single larger segment gets a file of its own).", minimum=1)
-CHECKPOINTS_MERGING_ACROSS_BOUNDARY = _key(
-    "spark.steward.checkpoints.file-merging.across-checkpoint-boundary", BOOL, "false",
-    "A merged save reuses the segments of the series' retained checkpoints whose content "
-    "(sha-256 of the segment) is unchanged instead of writing them again.")
-CHECKPOINTS_MERGING_MAX_AMPLIFICATION = _key(
-    "spark.steward.checkpoints.file-merging.max-space-amplification", FLOAT, "2.0",
-    "Physical bytes over live bytes a series may reach before a save copies its live segments "
-    "out of the most wasteful physical files so they can be deleted. Below 1 disables it.")
-CHECKPOINTS_REPLACE_BUILTIN = _key(
-    "spark.steward.checkpoints.replace-builtin", BOOL, "false",
-    "Serves `df.checkpoint(eager)` as a file-merged checkpoint of the application's "
-    "`_spark.<app id>` series instead of Spark's checkpoint dir: same rows, lineage cut, "
-    "deleted when Spark's cleaner drops the DataFrame (with `checkpoints.transparent`), at stop, "
-    "or by the next attach or `gc` after a crash. Settable per session.")
-CACHE_MAX_BYTES = _key(
-    "spark.steward.cache.max-bytes", SIZE, "0",
-    "Most bytes of materialized cached tables an application keeps (`0`: unbounded). A new "
-    "materialization that would exceed it first evicts the least recently used caches no live "
-    "`CachedTable` object refers to, with a log line; when that cannot make room the table is used uncached "
-    "with a warning, never a failed job.", minimum=0)
-CACHE_HOST_REPLICAS = _key(
-    "spark.steward.cache.host-replicas", STRING, "auto",
-    "Executors keep a verified host-local replica of each cached-table file they read, in the "
-    "working dir (`local.dir`, bounded by `local.max-bytes`), so later reads on that host skip "
-    "the storage dir: `auto` (on unless the storage dir is a local filesystem), `true` or "
-    "`false`. Settable per session.",
-    choices=("auto", "true", "false"))
-CACHE_TRANSPARENT = _key(
-    "spark.steward.cache.transparent", BOOL, "false",
-    "Routes `df.cache()` and `df.persist()` of sessions with spark-steward on through "
-    "spark-steward's cached tables (materialized once as Parquet in the storage dir, verified, "
-    "cleaned up); `df.unpersist()` invalidates.")
-CACHE_ORPHAN_GRACE = _key(
-    "spark.steward.cache.orphan-grace", DURATION, "1h",
-    "Cached-table data, manifests and user records that no entry owns are deleted at attach and "
-    "by `spark-steward gc` once they are this old (a safety window for writers on storage that "
-    "lists new objects late).", minimum=0)
-CACHE_SHARED_RETENTION = _key(
-    "spark.steward.cache.shared-retention", DURATION, "1h",
-    "A shared cached table no running application uses any more is kept this long for the "
-    "next application computing the same plan, then deleted by the next attach or "
-    "`spark-steward gc` (staged cleanup; `0`: deleted when its last user stops).", minimum=0)
-STREAMS_ENABLED = _key(
-    "spark.steward.streams.enabled", BOOL, "true",
-    "Owns the checkpoint locations of Structured Streaming queries in sessions with "
-    "spark-steward on: each is recorded at start (`spark-steward streams ls`), deletes Spark asks "
-    "for that fail are retried until done, temp files of killed writers are swept, and "
-    "`streams.drop` removes a location safely. Settable per session (takes effect for queries "
-    "started afterwards).")
-STREAMS_DELEGATE_CLASS = _key(
-    "spark.steward.streams.delegate-class", STRING, "",
-    "The checkpoint file manager spark-steward's streaming manager delegates to. Set at attach "
-    "from a `spark.sql.streaming.checkpointFileManagerClass` you had configured; empty means "
-    "Spark's default.")
-STREAMS_ABANDONED_AFTER = _key(
-    "spark.steward.streams.abandoned-after", DURATION, "7d",
-    "A stopped query's location not run for this long is listed as `abandoned` (only listed: "
-    "it is removed by `streams drop`, never on its own).", minimum=0)
-STREAMS_DROP_GRACE = _key(
-    "spark.steward.streams.drop-grace", DURATION, "10min",
-    "A location is dropped only after neither its record nor any of its files changed for this "
-    "long (a run of an application without spark-steward still writes files).", minimum=0)
-STREAMS_TEMP_HORIZON = _key(
-    "spark.steward.streams.temp-horizon", DURATION, "1h",
-    "Temp files of Spark's atomic writes (`.<name>.<uuid>.tmp`) are swept once no run of their "
-    "query is active, or while one runs once they are this old.", minimum=0)
-STREAMS_SWEEP_INTERVAL = _key(
-    "spark.steward.streams.sweep-interval", DURATION, "1min",
-    "How often the driver retries the recorded failed deletes of running queries' locations "
-    "(and always at a query's end, at attach and in `spark-steward gc`).", minimum=0.01)
-STREAMS_PACK_ENABLED = _key(
-    "spark.steward.streams.pack.enabled", BOOL, "false",
-    "Packs the old immutable files of running queries' checkpoint locations (offsets, commits, "
-    "HDFS state store deltas and snapshots of committed batches) into few physical files after "
-    "each batch (FLIP-306); Spark still sees every file through spark-steward's checkpoint file "
-    "manager. A packed location needs spark-steward (or `spark-steward streams unpack`) to be "
-    "read again. Application-wide.")
-STREAMS_PACK_KEEP_BATCHES = _key(
-    "spark.steward.streams.pack.keep-batches", INT, "1",
-    "Files of the last this many committed batches stay loose (a committed batch never runs "
-    "again, so 0 would be safe; 1 leaves the batch Spark may still be reading).", minimum=0)
-STREAMS_PACK_GRACE = _key(
-    "spark.steward.streams.pack.grace", DURATION, "10s",
-    "A pack's loose copies are removed this long after the pack became visible; longer than "
-    "the 2 s a JVM caches its view of the packs, so no listing misses a file.", minimum=3)
-STREAMS_PACK_MAX_AMPLIFICATION = _key(
-    "spark.steward.streams.pack.max-space-amplification", FLOAT, "2.0",
-    "When a location's packs store more than this many times the bytes of their live files, "
-    "the live files of the most wasteful packs are copied into a new pack and the old packs "
-    "deleted (as `checkpoints.file-merging.max-space-amplification`); below 1: never.",
-    minimum=0)
-STREAMS_PACK_MAX_MEMBER = _key(
-    "spark.steward.streams.pack.max-member", SIZE, "4m",
-    "Files larger than this stay loose (they are few, and a packed file is read whole into "
-    "memory when opened).", minimum=0)
 CLEANUP_STRATEGY = _key(
     "spark.steward.cleanup-strategy", STRING, "exponential-delay",
     "How failed cleanups (checkpoint discards) are retried, as Flink's `cleanup-strategy`: "
@@ -481,10 +332,14 @@ class StewardConf:
 
     def __init__(self, values: Mapping[str, Any],
                  storage_options: Mapping[str, Any] | None = None, *,
-                 spark_encrypts: bool = False) -> None:
+                 spark_encrypts: bool = False, unlisted: Mapping[str, str] | None = None) -> None:
         self._values = dict(values)
         self._storage_options = dict(storage_options or {})
         self.spark_encrypts = spark_encrypts
+        # spark.steward.* values of keys KEYS does not list in this process (a Python whose
+        # package metadata is missing, as with a package shipped to executors by hand), parsed
+        # by get() with the key asked for: a value set is never silently read as its default.
+        self._unlisted = dict(unlisted or {})
 
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, str]], *, warn_unknown: bool = True
@@ -493,6 +348,7 @@ class StewardConf:
         validated; unknown keys are warned about."""
         values: dict[str, Any] = {}
         options: dict[str, Any] = {}
+        unlisted: dict[str, str] = {}
         spark_encrypts = False
         for name, raw in pairs:
             if name in cls.SPARK_ENCRYPTION_KEYS:
@@ -513,19 +369,22 @@ class StewardConf:
             if key is None:
                 if warn_unknown and name != RESOLVED_KEY:
                     log.warning("%s", unknown_key_message(name))
+                unlisted[name] = raw
                 continue
             values[name] = key.parse(raw)
-        return cls(values, options, spark_encrypts=spark_encrypts)
+        return cls(values, options, spark_encrypts=spark_encrypts, unlisted=unlisted)
 
     def get(self, key: ConfigKey[T]) -> T:
         """The typed value of ``key``: the one set, else its default."""
         if key.name in self._values:
             return self._values[key.name]  # type: ignore[no-any-return]
+        if key.name in self._unlisted:
+            return key.parse(self._unlisted[key.name])
         return key.default
 
     def is_set(self, key: ConfigKey[Any]) -> bool:
         """True when ``key`` was set explicitly."""
-        return key.name in self._values
+        return key.name in self._values or key.name in self._unlisted
 
     def storage_dir(self) -> str:
         """The storage dir URL: ``spark.steward.storage.dir`` or the default under the temp dir."""
@@ -534,11 +393,6 @@ class StewardConf:
     def local_dir(self) -> str:
         """The host-local working directory: ``spark.steward.local.dir`` or its default."""
         return self.get(LOCAL_DIR) or default_local_dir()
-
-    def blob_encryption(self) -> bool:
-        """Whether blob transfers are encrypted (``spark.steward.blob.encryption``)."""
-        mode = self.get(BLOB_ENCRYPTION)
-        return self.spark_encrypts if mode == "auto" else mode == "true"
 
     def retry_strategy(self) -> "RetryStrategy":
         """The cleanup retry strategy these values describe."""
@@ -582,7 +436,7 @@ def unknown_key_message(name: str) -> str:
 
 
 def render_markdown_table() -> str:
-    """The README configuration table, generated from :data:`KEYS`."""
+    """The configuration table of docs/configuration.md, generated from :data:`KEYS`."""
     lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for key in KEYS.values():
         kind = key.type.name if not key.choices else " \\| ".join(f"`{c}`" for c in key.choices)

@@ -20,6 +20,7 @@ import pytest
 
 from spark_steward.blob import tls
 from spark_steward.blob.client import BlobClient
+from spark_steward.blob.config_keys import encryption_on
 from spark_steward.blob.keys import BlobKey
 from spark_steward.blob.server import BlobServer, LocatedBlob
 from spark_steward.config import StewardConf
@@ -223,7 +224,7 @@ def test_a_server_of_another_application_is_not_trusted(blob_file: Path) -> None
     ([("spark.steward.blob.encryption", "true")], True),
 ])
 def test_encryption_follows_spark_unless_set(pairs: list[tuple[str, str]], expected: bool) -> None:
-    assert StewardConf.from_pairs(pairs).blob_encryption() is expected
+    assert encryption_on(StewardConf.from_pairs(pairs)) is expected
 
 
 def test_bad_encryption_values_name_the_key() -> None:

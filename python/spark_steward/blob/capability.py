@@ -11,4 +11,5 @@ from spark_steward.capabilities import Capability
 CAPABILITY = Capability(
     "blobs",
     service="spark_steward.blob.service:BlobService",
+    config="spark_steward.blob.config_keys",
 )

@@ -23,10 +23,11 @@ from spark_steward.blob.pieces import (PiecePlan, PieceRequest, endpoint_of, par
 from spark_steward.blob.protocol import peer_secret
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore, Received
 from spark_steward.blob.swarm import Swarm, SwarmStats, fill_from_swarm
-from spark_steward.config import (BLOB_FETCH_ATTEMPTS, BLOB_HA, BLOB_NETWORK_TIMEOUT,
-                                  BLOB_PEER_CONNECTIONS, BLOB_PEER_ENABLED,
-                                  BLOB_PEER_MIN_BYTES, BLOB_RETENTION_INTERVAL,
-                                  BLOB_SAME_HOST_LINK, STORAGE_DIR)
+from spark_steward.blob.config_keys import (BLOB_FETCH_ATTEMPTS, BLOB_HA, BLOB_NETWORK_TIMEOUT,
+                                            BLOB_PEER_CONNECTIONS, BLOB_PEER_ENABLED,
+                                            BLOB_PEER_MIN_BYTES, BLOB_RETENTION_INTERVAL,
+                                            BLOB_SAME_HOST_LINK)
+from spark_steward.config import STORAGE_DIR
 from spark_steward.private import make_dirs, open_new
 from spark_steward.errors import BlobNotFound, BlobProtocolError, StewardError
 from spark_steward.kernel.executor import ExecutorRuntime, executor_runtime

@@ -18,15 +18,17 @@ from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping
 
 from spark_steward.applications import ApplicationRegistry, CleanupBacklog
 from spark_steward.blob import tls
+from spark_steward.blob.config_keys import (BLOB_HA, BLOB_NETWORK_TIMEOUT, BLOB_RETENTION_INTERVAL,
+                                            BLOB_SERVER_HANDSHAKE_TIMEOUT,
+                                            BLOB_SERVER_MAX_CONNECTIONS, BLOB_SERVER_MAX_FRAME,
+                                            BLOB_SERVER_MAX_UNAUTHENTICATED,
+                                            BLOB_SERVER_MAX_UNAUTHENTICATED_PER_PEER,
+                                            BLOB_SERVER_PORT, BLOB_TRANSPARENT, encryption_on)
 from spark_steward.blob.depot import TRANSFER_SOURCES, BlobDepot
 from spark_steward.blob.keys import APPLICATION_SCOPE, validate_scope_name
 from spark_steward.blob.server import BlobServer
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
-from spark_steward.config import (BLOB_HA, BLOB_NETWORK_TIMEOUT, BLOB_RETENTION_INTERVAL,
-                                  BLOB_SERVER_HANDSHAKE_TIMEOUT, BLOB_SERVER_MAX_CONNECTIONS,
-                                  BLOB_SERVER_MAX_FRAME, BLOB_SERVER_MAX_UNAUTHENTICATED,
-                                  BLOB_SERVER_MAX_UNAUTHENTICATED_PER_PEER, BLOB_SERVER_PORT,
-                                  BLOB_TRANSPARENT, STORAGE_DIR)
+from spark_steward.config import STORAGE_DIR
 from spark_steward.errors import ScopeError, StewardError
 from spark_steward.kernel.events import JobEnd, JobStart, SparkEvent, TaskEnd
 from spark_steward.kernel.runtime import RuntimeService
@@ -101,7 +103,7 @@ class BlobService(RuntimeService):
         self.depot = depot = BlobDepot(LocalBlobStore(self.local_app_dir / "blobs"), ha,
                                        io_timeout=conf.get(BLOB_NETWORK_TIMEOUT))
         # Listens on the bind address, executors dial the advertised spark.driver.host.
-        identity = tls.new_identity() if conf.blob_encryption() else None
+        identity = tls.new_identity() if encryption_on(conf) else None
         self.server = BlobServer(
             host=runtime.bind_host, port=conf.get(BLOB_SERVER_PORT),
             secret=runtime.context.auth_token, locate=depot.locate,

@@ -11,4 +11,5 @@ from spark_steward.capabilities import Capability
 CAPABILITY = Capability(
     "checkpoints",
     service="spark_steward.checkpoint.service:CheckpointService",
+    config="spark_steward.checkpoint.config_keys",
 )

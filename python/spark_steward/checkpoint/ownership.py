@@ -25,7 +25,7 @@ from spark_steward.checkpoint import spark_checkpoints as hooks
 from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, spark_series)
 from spark_steward.checkpoint.store import CheckpointStore
-from spark_steward.config import CHECKPOINTS_TRANSPARENT
+from spark_steward.checkpoint.config_keys import CHECKPOINTS_TRANSPARENT
 from spark_steward.kernel.events import CheckpointCleaned, JobEnd, RddCleaned, SparkEvent
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
-from spark_steward.config import CHECKPOINTS_REPLACE_BUILTIN
+from spark_steward.checkpoint.config_keys import CHECKPOINTS_REPLACE_BUILTIN
 from spark_steward.kernel import jvm, patches
 from spark_steward.kernel.session import session_value
 

@@ -25,9 +25,9 @@ from spark_steward.checkpoint.merging.dataframes import ARTIFACT_FORMAT as MERGE
 from spark_steward.checkpoint.merging.dataframes import restore_merged, save_merged
 from spark_steward.checkpoint.store import CheckpointCleanup, CheckpointStore
 from spark_steward.cleaner import OrphanKey, RetryingCleaner, cleaner_from_conf
-from spark_steward.config import (CHECKPOINTS_COMPRESSION, CHECKPOINTS_MERGING,
-                                  CHECKPOINTS_ORPHAN_GRACE, CHECKPOINTS_RETAINED,
-                                  CLEANUP_SHUTDOWN_TIMEOUT)
+from spark_steward.checkpoint.config_keys import (CHECKPOINTS_COMPRESSION, CHECKPOINTS_MERGING,
+                                                  CHECKPOINTS_ORPHAN_GRACE, CHECKPOINTS_RETAINED)
+from spark_steward.config import CLEANUP_SHUTDOWN_TIMEOUT
 from spark_steward.errors import CheckpointCorrupt, CheckpointError, StewardError
 from spark_steward.kernel import jvm
 from spark_steward.kernel.runtime import RuntimeService, runtime_for

@@ -11,4 +11,5 @@ from spark_steward.capabilities import Capability
 CAPABILITY = Capability(
     "local",
     service="spark_steward.local.service:LocalService",
+    config="spark_steward.local.config_keys",
 )

@@ -9,7 +9,8 @@ import os
 from collections import defaultdict
 
 from spark_steward.applications import ApplicationRegistry
-from spark_steward.config import HEARTBEAT_TIMEOUT, LOCAL_MAX_BYTES
+from spark_steward.config import HEARTBEAT_TIMEOUT
+from spark_steward.local.config_keys import LOCAL_MAX_BYTES
 from spark_steward.errors import StewardError
 from spark_steward.local.fs import FileLock
 from spark_steward.local.gc import sweep_local_folders

@@ -11,4 +11,5 @@ from spark_steward.capabilities import Capability
 CAPABILITY = Capability(
     "streams",
     service="spark_steward.streams.service:StreamService",
+    config="spark_steward.streams.config_keys",
 )

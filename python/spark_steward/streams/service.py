@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from spark_steward.applications import CleanupBacklog
 from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
-from spark_steward.config import (CLEANUP_SHUTDOWN_TIMEOUT, RESOLVED_KEY,
-                                  STREAMS_ABANDONED_AFTER, STREAMS_DELEGATE_CLASS, STREAMS_DROP_GRACE,
-                                  STREAMS_PACK_ENABLED, STREAMS_PACK_GRACE,
-                                  STREAMS_PACK_KEEP_BATCHES, STREAMS_PACK_MAX_AMPLIFICATION,
-                                  STREAMS_PACK_MAX_MEMBER,
-                                  STREAMS_SWEEP_INTERVAL, STREAMS_TEMP_HORIZON)
+from spark_steward.config import CLEANUP_SHUTDOWN_TIMEOUT, RESOLVED_KEY
+from spark_steward.streams.config_keys import (STREAMS_ABANDONED_AFTER, STREAMS_DELEGATE_CLASS,
+                                               STREAMS_DROP_GRACE, STREAMS_PACK_ENABLED,
+                                               STREAMS_PACK_GRACE, STREAMS_PACK_KEEP_BATCHES,
+                                               STREAMS_PACK_MAX_AMPLIFICATION,
+                                               STREAMS_PACK_MAX_MEMBER, STREAMS_SWEEP_INTERVAL,
+                                               STREAMS_TEMP_HORIZON)
 from spark_steward.errors import StewardError
 from spark_steward.kernel import handover, jvm
 from spark_steward.kernel.events import (StreamLocation, StreamProgress, StreamStarted,

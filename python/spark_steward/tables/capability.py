@@ -11,4 +11,5 @@ from spark_steward.capabilities import Capability
 CAPABILITY = Capability(
     "tables",
     service="spark_steward.tables.service:TableService",
+    config="spark_steward.tables.config_keys",
 )

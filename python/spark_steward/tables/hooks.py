@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pyspark.storagelevel import StorageLevel
 
-from spark_steward.config import CACHE_TRANSPARENT
+from spark_steward.tables.config_keys import CACHE_TRANSPARENT
 from spark_steward.kernel import jvm, patches
 from spark_steward.kernel.session import session_value
 from spark_steward.tables.cached_table import CachedTable

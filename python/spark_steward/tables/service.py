@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from spark_steward.applications import CleanupBacklog
 from spark_steward.cleaner import EntryKey, RetryingCleaner, cleaner_from_conf
-from spark_steward.config import (CACHE_MAX_BYTES, CACHE_ORPHAN_GRACE, CACHE_SHARED_RETENTION,
-                                  CLEANUP_SHUTDOWN_TIMEOUT, CLEANUP_THREADS)
+from spark_steward.config import CLEANUP_SHUTDOWN_TIMEOUT, CLEANUP_THREADS
+from spark_steward.tables.config_keys import (CACHE_MAX_BYTES, CACHE_ORPHAN_GRACE,
+                                              CACHE_SHARED_RETENTION)
 from spark_steward.errors import CacheError, StewardError, UnidentifiedCode
 from spark_steward.kernel import jvm
 from spark_steward.kernel.runtime import RuntimeService

@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from spark_steward.checkpoint.store import CheckpointStore
 from spark_steward.cleaner import OrphanKey
-from spark_steward.config import (CHECKPOINTS_COMPRESSION, CHECKPOINTS_MERGING_ACROSS_BOUNDARY,
-                                  CHECKPOINTS_MERGING_MAX_AMPLIFICATION,
-                                  CHECKPOINTS_MERGING_MAX_FILE_SIZE)
+from spark_steward.checkpoint.config_keys import (CHECKPOINTS_COMPRESSION,
+                                                  CHECKPOINTS_MERGING_ACROSS_BOUNDARY,
+                                                  CHECKPOINTS_MERGING_MAX_AMPLIFICATION,
+                                                  CHECKPOINTS_MERGING_MAX_FILE_SIZE)
 from spark_steward.errors import CheckpointCorrupt, CheckpointError
 from spark_steward.checkpoint.merging import lifecycle as merging
 from spark_steward.checkpoint.lifecycle import CheckpointEntry, CheckpointKind
