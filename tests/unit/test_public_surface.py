@@ -1,6 +1,7 @@
 """``import spark_steward`` reaches every public call and module, and stays cheap: the
 capabilities, the kernel and pyspark are imported only when first used. The public surface
-speaks one vocabulary, documents every name, and keeps its errors in ``spark_steward.errors``."""
+speaks one vocabulary, documents every name, and keeps its errors under ``spark_steward.errors``
+(defined there or in a capability's errors module, imported from there either way)."""
 
 from __future__ import annotations
 
@@ -104,22 +105,44 @@ def public_modules() -> Iterator[ModuleType]:
             yield importlib.import_module(info.name)
 
 
-def test_every_error_class_is_defined_in_errors_under_steward_error() -> None:
-    from spark_steward.errors import StewardError
+def test_every_error_class_is_defined_in_errors_or_a_capabilitys_errors_module() -> None:
+    from spark_steward import capabilities
 
+    homes = {"spark_steward.errors"} | {module for c in capabilities.declared().capabilities
+                                        if (module := c.errors)}
     elsewhere = sorted(
         f"{module.__name__}.{name}" for module in public_modules()
-        if module.__name__ != "spark_steward.errors"
+        if module.__name__ not in homes
         for name, obj in vars(module).items()
         if inspect.isclass(obj) and issubclass(obj, BaseException)
         and obj.__module__ == module.__name__ and not name.startswith("_"))
-    assert elsewhere == sorted(ERRORS_ELSEWHERE), "define these in spark_steward/errors.py"
-    import spark_steward.errors as errors
+    assert elsewhere == sorted(ERRORS_ELSEWHERE), (
+        "define these in spark_steward/errors.py or the capability's errors.py")
 
-    for name, obj in vars(errors).items():
-        if inspect.isclass(obj) and obj.__module__ == errors.__name__:
-            assert issubclass(obj, StewardError), name
-            assert obj.__doc__ and obj.__doc__.strip(), f"{name} has no docstring"
+
+def test_every_error_is_a_documented_steward_error_imported_from_errors() -> None:
+    import spark_steward.errors as errors
+    from spark_steward import capabilities
+
+    modules = [errors] + [importlib.import_module(c.errors)
+                          for c in capabilities.declared().capabilities if c.errors]
+    names: list[str] = []
+    for module in modules:
+        for name, obj in vars(module).items():
+            if inspect.isclass(obj) and obj.__module__ == module.__name__:
+                assert issubclass(obj, errors.StewardError), name
+                assert obj.__doc__ and obj.__doc__.strip(), f"{name} has no docstring"
+                assert getattr(errors, name) is obj, f"spark_steward.errors.{name}"
+                names.append(name)
+    assert len(names) == len(set(names)), "two errors of one name"
+    assert set(names) <= set(dir(errors))
+
+
+def test_importing_errors_imports_no_capability() -> None:
+    loaded = _in_fresh_interpreter(
+        "import json, sys, spark_steward.errors\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('spark_steward.'))))")
+    assert loaded == ["spark_steward._version", "spark_steward.errors"]
 
 
 def public_names(module: ModuleType) -> Iterator[tuple[str, object]]:

@@ -73,14 +73,16 @@ def is_low(g: ModuleGraph, module: str) -> bool:
 
 def is_pure_core(module: str) -> bool:
     """lifecycle/ and, in a capability, every lifecycle module or package (``blob.lifecycle``,
-    ``checkpoint.merging.lifecycle``, ``streams.lifecycle.packs``)."""
-    return under(module, f"{PKG}.lifecycle") or (
-        capability(module) is not None and "lifecycle" in module.split(".")[2:])
+    ``checkpoint.merging.lifecycle``, ``streams.lifecycle.packs``) and its errors module."""
+    folder = capability(module)
+    return under(module, f"{PKG}.lifecycle") or folder is not None and (
+        "lifecycle" in module.split(".")[2:] or module == f"{PKG}.{folder}.errors")
 
 
 def pure_core_may_import(src: str, dst: str) -> bool:
     """An allow-list: the standard library but sockets and processes, errors, lifecycle.*,
-    and pure cores of the same capability. pyspark, py4j, fsspec, the kernel... are not in it."""
+    and pure cores (errors included) of the same capability. pyspark, py4j, fsspec, the
+    kernel... are not in it."""
     top = dst.split(".")[0]
     if top not in (PKG, "_spark_steward_autoload"):
         return top in sys.stdlib_module_names and top not in IMPURE_STDLIB
@@ -222,6 +224,13 @@ BROKEN: dict[str, tuple[dict[str, str], Rule, set[tuple[str, str]]]] = {
     "kernel importing a capability": (
         {f"{P}/kernel/runtime.py": "from ..blob.service import Scope\n"},
         kernel_upward, {(f"{P}.kernel.runtime", f"{P}.blob.service")}),
+    "capability errors importing their service, and a pure core another's errors": (
+        {f"{P}/blob/errors.py": "from spark_steward.errors import StewardError\n"
+                                "from spark_steward.blob.service import X\n",
+         f"{P}/blob/lifecycle.py": "from spark_steward.blob.errors import BlobNotFound\n"
+                                   "from spark_steward.local.errors import LocalSpaceFull\n"},
+        impure_cores, {(f"{P}.blob.errors", f"{P}.blob.service"),
+                       (f"{P}.blob.lifecycle", f"{P}.local.errors")}),
     "pure core importing pyspark": (
         {f"{P}/blob/lifecycle.py": "import os\nimport pyspark.sql\n"},
         impure_cores, {(f"{P}.blob.lifecycle", "pyspark.sql")}),

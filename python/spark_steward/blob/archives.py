@@ -13,7 +13,8 @@ import uuid
 import zipfile
 from pathlib import Path
 
-from spark_steward.errors import ArchiveError, StewardError
+from spark_steward.blob.errors import ArchiveError
+from spark_steward.errors import StewardError
 from spark_steward.private import PRIVATE_FILE_MODE, make_dirs
 
 _ZIP = (".zip", ".whl", ".jar", ".egg")

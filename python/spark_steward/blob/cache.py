@@ -42,8 +42,9 @@ from spark_steward.blob.keys import BlobKey, BlobRef, blob_relpath
 from spark_steward.blob.stores import (HaBlobStore, LocalBlobStore, NotRegularFile, Received,
                                        check_key, discard, file_identity, open_blob, temp_name)
 from spark_steward.checksum import crc_of_file
-from spark_steward.errors import (BlobNotFound, ChecksumMismatch, LocalDiskFull, LocalSpaceFull,
-                                   StewardError)
+from spark_steward.blob.errors import BlobNotFound
+from spark_steward.errors import ChecksumMismatch, StewardError
+from spark_steward.local.errors import LocalDiskFull, LocalSpaceFull
 from spark_steward.lifecycle.refcount import RefCounts
 from spark_steward.lifecycle.staged_cleanup import StagedCleanup
 from spark_steward.local.fs import FileLock

@@ -12,4 +12,5 @@ CAPABILITY = Capability(
     "blobs",
     service="spark_steward.blob.service:BlobService",
     config="spark_steward.blob.config_keys",
+    errors="spark_steward.blob.errors",
 )

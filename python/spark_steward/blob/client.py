@@ -43,8 +43,9 @@ from spark_steward.blob.protocol import (ERROR_AUTH, ERROR_BAD_REQUEST, ERROR_BU
                                          encode_frame, exact_reader, read_frame)
 from spark_steward.blob.stores import Received
 from spark_steward.checksum import crc32c_update
-from spark_steward.errors import (AuthenticationFailed, BlobNotFound, BlobProtocolError,
-                                  BlobServerUnavailable, ChecksumMismatch, StewardError)
+from spark_steward.blob.errors import (AuthenticationFailed, BlobNotFound, BlobProtocolError,
+                                       BlobServerUnavailable)
+from spark_steward.errors import ChecksumMismatch, StewardError
 
 log = logging.getLogger(__name__)
 

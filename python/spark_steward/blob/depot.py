@@ -27,8 +27,8 @@ from spark_steward.blob.keys import APPLICATION_SCOPE, BlobKey, BlobKind, BlobRe
 from spark_steward.blob.peering import PeerDirectory
 from spark_steward.blob.server import LocatedBlob
 from spark_steward.blob.stores import HaBlobStore, Identity, LocalBlobStore, file_identity
-from spark_steward.errors import BlobNotFound, BlobProtocolError, ChecksumMismatch, \
-    InvalidBlobKey, ScopeError, StewardError
+from spark_steward.blob.errors import BlobNotFound, BlobProtocolError, InvalidBlobKey, ScopeError
+from spark_steward.errors import ChecksumMismatch, StewardError
 from spark_steward.blob.lifecycle import BlobLedger, Deletion
 from spark_steward.lifecycle.staged_cleanup import StagedCleanup
 

@@ -29,7 +29,8 @@ from spark_steward.blob.config_keys import (BLOB_FETCH_ATTEMPTS, BLOB_HA, BLOB_N
                                             BLOB_SAME_HOST_LINK)
 from spark_steward.config import STORAGE_DIR
 from spark_steward.private import make_dirs, open_new
-from spark_steward.errors import BlobNotFound, BlobProtocolError, StewardError
+from spark_steward.blob.errors import BlobNotFound, BlobProtocolError
+from spark_steward.errors import StewardError
 from spark_steward.kernel.executor import ExecutorRuntime, executor_runtime
 
 log = logging.getLogger(__name__)

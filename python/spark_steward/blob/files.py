@@ -25,7 +25,8 @@ from urllib.parse import urlparse
 from spark_steward.blob.archives import archive_format, unpack_once
 from spark_steward.blob.keys import BlobRef
 from spark_steward.blob.config_keys import BLOB_TRANSPARENT
-from spark_steward.errors import BlobNotFound, BlobServerUnavailable, StewardError
+from spark_steward.blob.errors import BlobNotFound, BlobServerUnavailable
+from spark_steward.errors import StewardError
 from spark_steward.kernel import patches
 from spark_steward.private import make_dirs, open_new
 

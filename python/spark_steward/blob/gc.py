@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from spark_steward.applications import OWNED_DIR, ApplicationRegistry
 from spark_steward.blob.keys import BlobKey, validate_scope_id
-from spark_steward.errors import InvalidBlobKey, StorageError
+from spark_steward.blob.errors import InvalidBlobKey
+from spark_steward.errors import StorageError
 from spark_steward.gc import (Deleted, Failed, GcReport, Progress, Skipped, application_liveness,
                               is_collectable, judge)
 from spark_steward.storage import FileEntry, Storage

@@ -11,7 +11,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from spark_steward.errors import InvalidBlobKey
+from spark_steward.blob.errors import InvalidBlobKey
 
 _KEY = re.compile(r"[0-9a-f]{64}")
 _SCOPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

@@ -18,7 +18,7 @@ from typing import BinaryIO, Callable
 from spark_steward.blob.keys import BlobKey
 from spark_steward.blob.pieces import PiecePlan, parse_endpoint, piece_size_for
 from spark_steward.checksum import crc32c_of
-from spark_steward.errors import BlobProtocolError
+from spark_steward.blob.errors import BlobProtocolError
 
 Entry = tuple[str, BlobKey]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from spark_steward.blob.keys import BlobKey, validate_scope_id
 from spark_steward.blob.protocol import OP_PIECE
-from spark_steward.errors import BlobProtocolError
+from spark_steward.blob.errors import BlobProtocolError
 
 #: Piece size bounds (also the JVM server's): small enough to pipeline, few enough to list.
 MIN_PIECE = 64 << 10

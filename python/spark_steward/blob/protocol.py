@@ -20,7 +20,7 @@ import secrets
 import struct
 from typing import Any, Callable, Mapping
 
-from spark_steward.errors import BlobProtocolError, PeerClosed
+from spark_steward.blob.errors import BlobProtocolError, PeerClosed
 
 PROTOCOL_VERSION = 1
 

@@ -38,8 +38,8 @@ from spark_steward.blob.protocol import (ERROR_AUTH, ERROR_BAD_REQUEST, ERROR_BU
                                          ERROR_INTERNAL, ERROR_NOT_FOUND, OP_PIECE,
                                          PROTOCOL_VERSION, PeerClosed, encode_frame,
                                          exact_reader, new_nonce, proof_matches, read_frame)
-from spark_steward.errors import (BlobNotFound, BlobProtocolError, InvalidBlobKey,
-                                  StewardError)
+from spark_steward.blob.errors import BlobNotFound, BlobProtocolError, InvalidBlobKey
+from spark_steward.errors import StewardError
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,8 @@ from spark_steward.blob.keys import APPLICATION_SCOPE, validate_scope_name
 from spark_steward.blob.server import BlobServer
 from spark_steward.blob.stores import HaBlobStore, LocalBlobStore
 from spark_steward.config import STORAGE_DIR
-from spark_steward.errors import ScopeError, StewardError
+from spark_steward.blob.errors import ScopeError
+from spark_steward.errors import StewardError
 from spark_steward.kernel.events import JobEnd, JobStart, SparkEvent, TaskEnd
 from spark_steward.kernel.runtime import RuntimeService
 

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, NamedTuple
 
 from spark_steward.blob.keys import BlobKey, blob_relpath, validate_scope_id
 from spark_steward.checksum import crc32c_update, crc_of_fd
-from spark_steward.errors import BlobNotFound, ChecksumMismatch, NotRegularFile
+from spark_steward.blob.errors import BlobNotFound, NotRegularFile
+from spark_steward.errors import ChecksumMismatch
 from spark_steward.local.space import reporting_full_disk
 from spark_steward.private import make_dirs, open_new
 

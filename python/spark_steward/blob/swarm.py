@@ -37,7 +37,8 @@ from spark_steward.blob.keys import BlobRef
 from spark_steward.blob.pieces import PiecePlan, have_header, have_name
 from spark_steward.blob.stores import Received, discard
 from spark_steward.checksum import crc32c_update
-from spark_steward.errors import BadPiece, BlobNotFound, StewardError, SwarmFailed
+from spark_steward.blob.errors import BadPiece, BlobNotFound, SwarmFailed
+from spark_steward.errors import StewardError
 from spark_steward.private import open_new
 
 log = logging.getLogger(__name__)

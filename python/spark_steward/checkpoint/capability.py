@@ -12,4 +12,5 @@ CAPABILITY = Capability(
     "checkpoints",
     service="spark_steward.checkpoint.service:CheckpointService",
     config="spark_steward.checkpoint.config_keys",
+    errors="spark_steward.checkpoint.errors",
 )

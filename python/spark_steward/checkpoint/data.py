@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from spark_steward.errors import CheckpointError
+from spark_steward.checkpoint.errors import CheckpointError
 from spark_steward.kernel import jvm
 from spark_steward.kernel.jvm import ensure_on_executors
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
-from spark_steward.errors import CheckpointError
+from spark_steward.checkpoint.errors import CheckpointError
 
 _SERIES = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 #: Series of Spark's own checkpoints are named ``_spark.<application id>``.

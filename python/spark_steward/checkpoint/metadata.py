@@ -19,7 +19,8 @@ import logging
 import re
 from typing import Any
 
-from spark_steward.errors import CheckpointCorrupt, RecordCorrupt, StewardError
+from spark_steward.checkpoint.errors import CheckpointCorrupt
+from spark_steward.errors import RecordCorrupt, StewardError
 from spark_steward.checkpoint.lifecycle import CheckpointEntry, validate_series
 from spark_steward.storage import Storage
 

@@ -28,7 +28,8 @@ from spark_steward.cleaner import OrphanKey, RetryingCleaner, cleaner_from_conf
 from spark_steward.checkpoint.config_keys import (CHECKPOINTS_COMPRESSION, CHECKPOINTS_MERGING,
                                                   CHECKPOINTS_ORPHAN_GRACE, CHECKPOINTS_RETAINED)
 from spark_steward.config import CLEANUP_SHUTDOWN_TIMEOUT
-from spark_steward.errors import CheckpointCorrupt, CheckpointError, StewardError
+from spark_steward.checkpoint.errors import CheckpointCorrupt, CheckpointError
+from spark_steward.errors import StewardError
 from spark_steward.kernel import jvm
 from spark_steward.kernel.runtime import RuntimeService, runtime_for
 from spark_steward.kernel.session import session_value

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterable, Mapping, Union
 from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.cleaner import EntryKey, OrphanKey, RetryingCleaner
-from spark_steward.errors import CheckpointError, CheckpointNotFound, StewardError
+from spark_steward.checkpoint.errors import CheckpointError, CheckpointNotFound
+from spark_steward.errors import StewardError
 from spark_steward.checkpoint import lifecycle as machine
 from spark_steward.checkpoint.merging import lifecycle as merging
 from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,

@@ -12,4 +12,5 @@ CAPABILITY = Capability(
     "local",
     service="spark_steward.local.service:LocalService",
     config="spark_steward.local.config_keys",
+    errors="spark_steward.local.errors",
 )

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from spark_steward.config import LOCAL_DIR
-from spark_steward.errors import LocalDiskFull
+from spark_steward.local.errors import LocalDiskFull
 
 #: A full disk, or the user's quota on it used up.
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT})

@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Union
 from urllib.parse import unquote
 
 from spark_steward.checksum import crc32c_of
-from spark_steward.errors import LocalStateError
+from spark_steward.local.errors import LocalStateError
 from spark_steward.local.fs import CHUNK
 from spark_steward.local.working_dir import WorkingDir, entry_name
 

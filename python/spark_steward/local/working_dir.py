@@ -33,8 +33,8 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Iterator
 from urllib.parse import quote, unquote
 
-from spark_steward.errors import (ChecksumMismatch, LocalSpaceFull, LocalStateError,
-                                   RecordCorrupt)
+from spark_steward.errors import ChecksumMismatch, RecordCorrupt
+from spark_steward.local.errors import LocalSpaceFull, LocalStateError
 from spark_steward.lifecycle.lru import CacheUsage, choose_evictions
 from spark_steward.local.lifecycle import FileState, LocalFileRecord, left_over_files
 from spark_steward.local.fs import OS_FS, FileLock, LocalFs

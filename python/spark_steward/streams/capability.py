@@ -12,4 +12,5 @@ CAPABILITY = Capability(
     "streams",
     service="spark_steward.streams.service:StreamService",
     config="spark_steward.streams.config_keys",
+    errors="spark_steward.streams.errors",
 )

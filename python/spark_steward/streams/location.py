@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_steward.errors import StewardError, StorageError, StreamError
+from spark_steward.errors import StewardError, StorageError
+from spark_steward.streams.errors import StreamError
 from spark_steward.streams.lifecycle.packs import PACK_NAME, PACKS_FOLDER
 from spark_steward.streams.lifecycle.locations import (INTENTS_FOLDER, OWN_FOLDER,
                                                        rewritten_since_asked, temp_sweepable)

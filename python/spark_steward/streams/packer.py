@@ -38,7 +38,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from spark_steward.errors import Cancelled, StewardError, StreamError
+from spark_steward.errors import StewardError
+from spark_steward.streams.errors import Cancelled, StreamError
 from spark_steward.streams.lifecycle import packs as rules
 from spark_steward.streams.lifecycle.packs import LooseFile
 from spark_steward.storage import Storage

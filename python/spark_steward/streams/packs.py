@@ -24,7 +24,8 @@ from typing import Callable, Iterable
 
 import crc32c as _crc32c
 
-from spark_steward.errors import StorageError, StreamError
+from spark_steward.errors import StorageError
+from spark_steward.streams.errors import StreamError
 from spark_steward.streams.lifecycle.packs import (CATALOG, PACK_NAME, PACKS_FOLDER,
                                                    TOMBSTONES_FOLDER, Member, Pack, forward,
                                                    live_members, packable)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Iterator
 
-from spark_steward.errors import StewardError, StreamError
+from spark_steward.errors import StewardError
+from spark_steward.streams.errors import StreamError
 from spark_steward.streams.lifecycle.locations import StreamRecord, normal_location, valid_query_id
 from spark_steward.storage import Storage
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from spark_steward.applications import ApplicationRegistry
-from spark_steward.errors import StewardError, StreamActive, StreamError
+from spark_steward.errors import StewardError
+from spark_steward.streams.errors import StreamActive, StreamError
 from spark_steward.gc import application_liveness, is_collectable
 from spark_steward.streams.lifecycle.locations import (LocationCheck, StreamRecord, StreamState,
                                                        drop_refusal, forget_refusal,

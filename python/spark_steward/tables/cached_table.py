@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from spark_steward.errors import CacheError
+from spark_steward.tables.errors import CacheError
 from spark_steward.kernel import jvm
 from spark_steward.kernel.compat import classic_dataframe_base
 from spark_steward.kernel.runtime import current_runtime, runtime_for

@@ -12,4 +12,5 @@ CAPABILITY = Capability(
     "tables",
     service="spark_steward.tables.service:TableService",
     config="spark_steward.tables.config_keys",
+    errors="spark_steward.tables.errors",
 )

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from spark_steward.errors import UnidentifiedCode
+from spark_steward.tables.errors import UnidentifiedCode
 
 #: Modules reached through a user module's namespace at most (a bound on the walk, not a guess:
 #: past it the code is not identified and the table is not shared).

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable, Mapping
 
-from spark_steward.errors import InvalidTableKey, TableStateError
+from spark_steward.tables.errors import InvalidTableKey, TableStateError
 
 
 class TableState(enum.Enum):

@@ -17,7 +17,8 @@ from typing import Any, Mapping
 import pyarrow.parquet as pq
 
 from spark_steward.checksum import crc32c_stream, format_crc
-from spark_steward.errors import ManifestError, StewardError
+from spark_steward.errors import StewardError
+from spark_steward.tables.errors import ManifestError
 from spark_steward.storage import FileEntry, Storage
 
 FORMAT = "spark-steward/table-manifest/1"

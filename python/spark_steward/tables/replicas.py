@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from spark_steward.local.config_keys import LOCAL_MAX_BYTES
 from spark_steward.tables.config_keys import CACHE_HOST_REPLICAS
-from spark_steward.errors import CacheError
+from spark_steward.tables.errors import CacheError
 from spark_steward.kernel import jvm
 from spark_steward.kernel.session import session_value
 

@@ -29,7 +29,8 @@ from spark_steward.cleaner import EntryKey, RetryingCleaner, cleaner_from_conf
 from spark_steward.config import CLEANUP_SHUTDOWN_TIMEOUT, CLEANUP_THREADS
 from spark_steward.tables.config_keys import (CACHE_MAX_BYTES, CACHE_ORPHAN_GRACE,
                                               CACHE_SHARED_RETENTION)
-from spark_steward.errors import CacheError, StewardError, UnidentifiedCode
+from spark_steward.errors import StewardError
+from spark_steward.tables.errors import CacheError, UnidentifiedCode
 from spark_steward.kernel import jvm
 from spark_steward.kernel.runtime import RuntimeService
 from spark_steward.kernel.session import session_value

@@ -29,7 +29,8 @@ from typing import Any, Callable, TypeVar, Union
 
 from spark_steward.applications import validate_app_id
 from spark_steward.cleaner import EntryKey, OrphanKey, RetryingCleaner
-from spark_steward.errors import CacheError, RecordCorrupt, StewardError, TableReplaced
+from spark_steward.errors import RecordCorrupt, StewardError
+from spark_steward.tables.errors import CacheError, TableReplaced
 from spark_steward.tables import lifecycle as machine
 from spark_steward.tables.lifecycle import TableEntry, TableState, validate_key
 from spark_steward.recovery import RecoveryReport

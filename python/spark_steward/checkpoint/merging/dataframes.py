@@ -40,7 +40,7 @@ from spark_steward.checkpoint.config_keys import (CHECKPOINTS_COMPRESSION,
                                                   CHECKPOINTS_MERGING_ACROSS_BOUNDARY,
                                                   CHECKPOINTS_MERGING_MAX_AMPLIFICATION,
                                                   CHECKPOINTS_MERGING_MAX_FILE_SIZE)
-from spark_steward.errors import CheckpointCorrupt, CheckpointError
+from spark_steward.checkpoint.errors import CheckpointCorrupt, CheckpointError
 from spark_steward.checkpoint.merging import lifecycle as merging
 from spark_steward.checkpoint.lifecycle import CheckpointEntry, CheckpointKind
 from spark_steward.checkpoint.merging.lifecycle import Segment

@@ -35,7 +35,8 @@ from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 from fsspec.spec import AbstractBufferedFile
 
 from spark_steward.checksum import crc32c_of, format_crc
-from spark_steward.errors import CheckpointCorrupt, CheckpointError, StorageError
+from spark_steward.checkpoint.errors import CheckpointCorrupt, CheckpointError
+from spark_steward.errors import StorageError
 from spark_steward.checkpoint.merging.lifecycle import Segment
 from spark_steward.private import PRIVATE_FILE_MODE, make_dirs, open_new
 from spark_steward.storage import Storage
