@@ -1,6 +1,7 @@
 """Capabilities plug in whole: config lists the keys each declares in its folder, under the names
-they always had, in a stable order; importing config stays cheap; and a key this process cannot
-list is still read as set."""
+they always had, in a stable order; a key this process cannot list is still read as set; the
+command line adds each capability's group and gc collector; importing config, errors or the
+CLI stays cheap; and a third party's capability joins all of it the same way."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from spark_steward import capabilities, config
+from spark_steward import capabilities, cli, config
 from spark_steward.capabilities import BUILT_IN, Capability
+from spark_steward.commands import Collector
 from spark_steward.config import BOOL, KEYS, ConfigKey, StewardConf
 from spark_steward.errors import ConfigError
 
@@ -118,3 +120,63 @@ def test_a_value_of_a_key_this_process_cannot_list_is_still_read_as_set(
     assert BLOB_FETCH_ATTEMPTS.name not in KEYS
     conf = StewardConf.from_pairs([(BLOB_FETCH_ATTEMPTS.name, "7")], warn_unknown=False)
     assert conf.get(BLOB_FETCH_ATTEMPTS) == 7 and conf.is_set(BLOB_FETCH_ATTEMPTS)
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def test_every_built_in_brings_its_cli_group_and_gc_collector_from_its_folder() -> None:
+    groups = {"blobs": "blobs", "checkpoints": "checkpoints", "tables": "cache",
+              "streams": "streams"}
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    for capability in capabilities.declared().capabilities:
+        folder = FOLDERS[capability.name]
+        assert capability.gc == f"spark_steward.{folder}.cli:COLLECTOR"
+        if capability.name in groups:
+            assert capability.cli == f"spark_steward.{folder}.cli:register"
+            assert groups[capability.name] in commands
+    assert [c.name for c in cli.gc_collectors()] == ["blobs", "checkpoints", "caches", "streams",
+                                                     "local"]
+
+
+def test_help_imports_neither_pyspark_nor_fsspec() -> None:
+    loaded = _in_fresh_interpreter(
+        "import contextlib, io, json, sys\n"
+        "from spark_steward import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    cli.main(['--help'])\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'pyspark', 'py4j', 'fsspec'})))")
+    assert loaded == []
+
+
+def test_a_third_partys_group_and_collector_join_the_command_line(
+        declared_as: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from spark_steward.gc import GcReport
+
+    def register(sub: Any) -> None:
+        sub.add_parser("audit", help="audit trails").set_defaults(
+            run=lambda args: print("hi") or 0)
+
+    collector = Collector("audits", lambda registry, args, progress: GcReport(dry_run=True))
+    monkeypatch.setitem(sys.modules, "audit_cli", _module("audit_cli", register=register,
+                                                          COLLECTOR=collector))
+    declared_as(*[Point(c.name, c) for c in capabilities.declared().capabilities],
+                Point("audit", Capability("audit", service=object, cli="audit_cli:register",
+                                          gc="audit_cli:COLLECTOR")))
+    assert cli.main(["audit"]) == 0 and capsys.readouterr().out == "hi\n"
+    assert cli.main(["gc", "--storage", (tmp_path / "s").as_uri(), "--dry-run", "--json"]) == 0
+    names = [c["name"] for c in json.loads(capsys.readouterr().out)["collectors"]]
+    assert names == ["blobs", "checkpoints", "caches", "streams", "audits"]
+
+
+def test_with_stale_metadata_the_cli_warns_with_the_fix_and_still_runs(
+        declared_as: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    declared_as()
+    assert cli.main(["version"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("spark-steward ")
+    assert err.startswith("warning: spark-steward's built-in capabilities local, blobs, ")
+    assert "pip install -e ." in err

@@ -20,6 +20,7 @@ from spark_steward.applications import ApplicationRegistry
 from spark_steward.blob.gc import (StoredBlob, TempFile, collect_garbage, scan_blobs,
                                    usage_by_application)
 from spark_steward.cli import ProgressBar, main
+from spark_steward.commands import Collector
 from spark_steward.storage import Storage
 from tests.unit.conftest import FakeClock, break_delete
 from tests.unit.test_cli import _assert_one_error_line, _run
@@ -351,8 +352,8 @@ def test_collectors_run_in_order(capsys: pytest.CaptureFixture[str], world: Worl
         assert not world.storage.exists(f"apps/{DONE}/blobs")  # blobs ran first
         return GcReport(dry_run=False)
 
-    monkeypatch.setattr(cli, "GC_COLLECTORS", [*cli.GC_COLLECTORS,
-                                               cli.Collector("later", later)])
+    declared = cli.gc_collectors()
+    monkeypatch.setattr(cli, "gc_collectors", lambda: [*declared, Collector("later", later)])
     code, data, _ = _gc(capsys, world)
     assert code == 0 and seen == ["later"]
     assert [c["name"] for c in data["collectors"]] == ["blobs", "checkpoints", "caches", "streams",

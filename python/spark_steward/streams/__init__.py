@@ -23,14 +23,25 @@ Inside: ``lifecycle/`` (the pure rules of locations and packs), ``registry`` (th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from spark_steward.streams.store import DropResult, StreamStatus, StreamStore, UnpackResult
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spark_steward.kernel.runtime import DriverRuntime
+    from spark_steward.streams.store import DropResult, StreamStatus, StreamStore, UnpackResult
 
 __all__ = ["ls", "drop", "unpack", "DropResult", "StreamStatus", "UnpackResult"]
+
+#: Result types, imported on first use: the package itself stays cheap to import (the CLI loads
+#: this capability's declaration through it).
+_RESULTS = ("DropResult", "StreamStatus", "UnpackResult")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _RESULTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from spark_steward.streams import store
+
+    return getattr(store, name)
 
 
 def _store() -> "tuple[StreamStore, DriverRuntime]":
