@@ -183,7 +183,7 @@ public final class StreamFiles {
   private static final Pattern STORE_NAME = Pattern.compile("^[A-Za-z0-9_.-]{1,200}$");
   private static final Pattern BAD_CHARACTERS = Pattern.compile("[\\\\\\x00-\\x1f\\x7f]");
 
-  /** Whether a pack may hold {@code rel}; the same rule as {@code lifecycle/packs.py}. */
+  /** Whether a pack may hold {@code rel}; the same rule as {@code streams/lifecycle/packs.py}. */
   static boolean packable(String rel) {
     if (rel.isEmpty() || rel.startsWith("/") || BAD_CHARACTERS.matcher(rel).find()) {
       return false;

@@ -36,8 +36,8 @@ import org.slf4j.LoggerFactory;
 /**
  * The packs of one streaming checkpoint location as this JVM sees them (FLIP-306): which
  * logical files they hold, their bytes, and the deletes of packed files Spark asks for.
- * {@code spark_steward/lifecycle/packs.py} states the rules and {@code streams/packs.py} the
- * format; this class applies the same ones.
+ * {@code spark_steward/streams/lifecycle/packs.py} states the rules and {@code streams/packs.py}
+ * the format; this class applies the same ones.
  *
  * <p>A reader lists loose files first and packs second, and caches its view of the packs for at
  * most {@link #TTL_NANOS}; the packer removes a loose file only {@code streams.pack.grace}
