@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib
 import logging
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any, Callable, Literal
 
 log = logging.getLogger(__name__)
@@ -118,6 +117,8 @@ def declared() -> Declared:
 
 
 def _read_entry_points() -> Declared:
+    from importlib import metadata  # ~20 ms to import: only when a declaration is first asked
+
     found: dict[str, Capability] = {}
     broken: list[tuple[str, str]] = []
     for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
