@@ -91,14 +91,21 @@ public final class SegmentFiles {
       this.partition = partition;
     }
 
+    /** One line, its four numbers taken from the right: the URL may hold spaces. */
     static Spec parse(String line) {
-      String[] parts = line.trim().split(" ");
-      if (parts.length != 5) {
-        throw new IllegalArgumentException(SegmentCodec.ERROR
-            + "list line must be 'url offset length crc32c partition': " + line);
+      String rest = line.trim();
+      String[] numbers = new String[4];
+      for (int i = numbers.length - 1; i >= 0; i--) {
+        int space = rest.lastIndexOf(' ');
+        if (space <= 0) {
+          throw new IllegalArgumentException(SegmentCodec.ERROR
+              + "list line must be 'url offset length crc32c partition': " + line);
+        }
+        numbers[i] = rest.substring(space + 1);
+        rest = rest.substring(0, space);
       }
-      return new Spec(parts[0], Long.parseLong(parts[1]), Long.parseLong(parts[2]),
-          (int) Long.parseLong(parts[3], 16), Integer.parseInt(parts[4]));
+      return new Spec(rest, Long.parseLong(numbers[0]), Long.parseLong(numbers[1]),
+          (int) Long.parseLong(numbers[2], 16), Integer.parseInt(numbers[3]));
     }
   }
 

@@ -15,6 +15,7 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.util.EnumSet;
+import java.util.Locale;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.UUID;
@@ -107,7 +108,12 @@ public final class LocalManifest {
     return workDir.resolve(FOLDER).resolve(quote(entry) + "." + suffix);
   }
 
-  /** Canonical JSON (sorted keys, no spaces, ASCII), as Python's records module computes it. */
+  /**
+   * Canonical JSON (sorted keys, no spaces, ASCII), as Python's records module computes it
+   * ({@code json.dumps(body, sort_keys=True, separators=(",", ":"))}). Strings are escaped as
+   * Python escapes them, not as Jackson does (upper-case hex digits, DEL left as it is): a record
+   * naming a path with a non-ASCII letter must verify on both sides.
+   */
   private static String canonical(Map<String, Object> body) throws IOException {
     StringBuilder out = new StringBuilder("{");
     boolean first = true;
@@ -116,10 +122,57 @@ public final class LocalManifest {
         out.append(',');
       }
       first = false;
-      out.append(JSON.writeValueAsString(e.getKey())).append(':')
-          .append(JSON.writeValueAsString(e.getValue()));
+      appendString(out, e.getKey());
+      out.append(':');
+      if (e.getValue() instanceof String) {
+        appendString(out, (String) e.getValue());
+      } else {
+        out.append(JSON.writeValueAsString(e.getValue()));
+      }
     }
     return out.append('}').toString();
+  }
+
+  /**
+   * {@code text} as Python's {@code json} writes a string with {@code ensure_ascii}: the short
+   * escapes, then every UTF-16 unit outside {@code ' '..'~'} as a backslash, {@code u} and four
+   * lower-case hex digits.
+   */
+  static void appendString(StringBuilder out, String text) {
+    out.append('"');
+    for (int i = 0; i < text.length(); i++) {
+      char c = text.charAt(i);
+      switch (c) {
+        case '"':
+          out.append("\\\"");
+          break;
+        case '\\':
+          out.append("\\\\");
+          break;
+        case '\b':
+          out.append("\\b");
+          break;
+        case '\f':
+          out.append("\\f");
+          break;
+        case '\n':
+          out.append("\\n");
+          break;
+        case '\r':
+          out.append("\\r");
+          break;
+        case '\t':
+          out.append("\\t");
+          break;
+        default:
+          if (c < ' ' || c > '~') {
+            out.append(String.format(Locale.ROOT, "\\u%04x", (int) c));
+          } else {
+            out.append(c);
+          }
+      }
+    }
+    out.append('"');
   }
 
   public void write(String entry, String suffix, Map<String, Object> body)
@@ -155,6 +208,12 @@ public final class LocalManifest {
     try {
       JsonNode envelope = JSON.readTree(Files.readAllBytes(path));
       JsonNode body = envelope.path("body");
+      JsonNode format = envelope.path("format");
+      if (!body.isObject() || !format.isNumber() || format.doubleValue() != FORMAT) {
+        LOG.warn(Errors.PREFIX + "manifest record {} is not a record of format {}; ignored", path,
+            FORMAT);
+        return null;
+      }
       Map<String, Object> fields = new TreeMap<>();
       for (Map.Entry<String, JsonNode> e : body.properties()) {
         fields.put(e.getKey(), e.getValue().isNumber() ? (Object) e.getValue().numberValue()
