@@ -264,7 +264,7 @@ def read_merged(spark: "SparkSession", storage: "Storage", segments: Sequence[Se
     are checked to exist and be long enough now; every segment's crc32c is checked as it is
     read (a mismatch fails the reading task with an error naming ``label`` and the segment)."""
     from spark_steward.checkpoint.merging.segment_files import check_segments_exist
-    from spark_steward.checkpoint.data import hadoop_url, read_dataframe
+    from spark_steward.checkpoint.data import read_dataframe
 
     ordered = sorted(segments, key=lambda s: s.partition)
     if [s.partition for s in ordered] != list(range(len(ordered))):
@@ -277,8 +277,7 @@ def read_merged(spark: "SparkSession", storage: "Storage", segments: Sequence[Se
     ensure_on_executors(sc)
     with jvm.translate(CheckpointError, f"{label}: reading its segments failed"):
         if storage.is_local:
-            listing = "\n".join(f"{hadoop_url(storage.url_of(s.file))} {s.offset} {s.length} "
-                                 f"{int(s.crc32c, 16):x} {s.partition}" for s in ordered)
+            listing = "\n".join(segment_line(storage, s) for s in ordered)
             jdf = jvm.call(sc, "readSegmentFiles", jvm.session_handle(spark), listing,
                            schema_json, label)
         else:
@@ -287,6 +286,16 @@ def read_merged(spark: "SparkSession", storage: "Storage", segments: Sequence[Se
             jdf = jvm.call(sc, "decodeSegments", jvm.session_handle(spark),
                            jvm.rdd_handle(pieces), schema_json)
     return jvm.to_dataframe(jdf, spark)
+
+
+def segment_line(storage: "Storage", segment: Segment) -> str:
+    """The line of a restore's listing the JVM reads ``segment`` by (``SegmentFiles``):
+    ``url offset length crc32c-hex partition``; the JVM takes the numbers from the right, so
+    the URL may hold spaces."""
+    from spark_steward.checkpoint.data import hadoop_url
+
+    return (f"{hadoop_url(storage.url_of(segment.file))} {segment.offset} {segment.length} "
+            f"{int(segment.crc32c, 16):x} {segment.partition}")
 
 
 class _ReadTask:
