@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 
-# Before any JVM starts: a developer's SPARK_CONF_DIR must not leak into the tests.
+# Before any JVM starts: a developer's SPARK_CONF_DIR must not leak into the tests (see QUICK_JVM).
 _WORK = tempfile.mkdtemp(prefix="spark-steward-tests-")
 atexit.register(shutil.rmtree, _WORK, True)  # storage and local dirs of this run
 os.environ["SPARK_WORKER_DIR"] = os.path.join(_WORK, "worker")
@@ -48,7 +48,18 @@ def _remove_new_executor_dirs(work: str | None, before: frozenset[str]) -> None:
 _SPARK_WORK = _spark_work_dir()
 atexit.register(_remove_new_executor_dirs, _SPARK_WORK, frozenset(
     os.listdir(_SPARK_WORK) if _SPARK_WORK and os.path.isdir(_SPARK_WORK) else ()))
-os.environ.pop("SPARK_CONF_DIR", None)
+#: Every test JVM starts with the C1 compiler alone and one GC thread: short-lived drivers and
+#: executors take about half the CPU to start on 2 cores (the suite starts ~100 applications).
+#: A spark-defaults.conf of the run's own (also replacing a developer's SPARK_CONF_DIR) carries
+#: it to every spark-submit, pyspark gateway and executor; a test that sets its own options or
+#: SPARK_CONF_DIR replaces it.
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+_CONF_DIR = os.path.join(_WORK, "spark-conf")
+os.makedirs(_CONF_DIR)
+with open(os.path.join(_CONF_DIR, "spark-defaults.conf"), "w") as _defaults:
+    _defaults.write(f"spark.driver.extraJavaOptions {QUICK_JVM}\n"
+                    f"spark.executor.extraJavaOptions {QUICK_JVM}\n")
+os.environ["SPARK_CONF_DIR"] = _CONF_DIR
 os.environ.pop("SPARK_REMOTE", None)
 os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
 TEST_ROOT = _WORK

@@ -15,6 +15,7 @@ from typing import Iterator
 import pytest
 
 from tests.cluster.harness import Cluster, HarnessError, unavailable
+from tests.conftest import QUICK_JVM
 
 HERE = Path(__file__).parent
 
@@ -51,9 +52,6 @@ from typing import Any  # noqa: E402 - appended helpers
 SCRIPTS = HERE / "scripts"
 
 
-#: C1 only and the serial collector: these applications are short, and on a small machine a
-#: JVM that starts quickly matters more than peak JIT throughput (about a third off each run).
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def steward_setup(cluster: Cluster, name: str, conf: dict[str, str] | None = None, *,
@@ -74,6 +72,8 @@ def steward_setup(cluster: Cluster, name: str, conf: dict[str, str] | None = Non
     flags = subprocess.run([sys.executable, "-m", "spark_steward.cli", "conf", *where,
                             "--local-dir", local_dir], check=True,
                            capture_output=True, text=True).stdout.split()
+    # The hosts' private /tmp hides the run's spark-defaults.conf (tests/conftest.py): the
+    # quick-start options go on the command line.
     for key, value in {"spark.steward.heartbeat.interval": "1s",
                        "spark.driver.extraJavaOptions": QUICK_JVM,
                        "spark.executor.extraJavaOptions": QUICK_JVM, **(conf or {})}.items():

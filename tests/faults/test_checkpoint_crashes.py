@@ -5,8 +5,9 @@ checkpoint that must survive restores with its rows.
 
 Each case runs ``scripts/checkpoint_crash.py`` under spark-submit (``local[2]``: the driver is
 what is killed, and 20+ runs on 2 cores must stay short) against its own storage dir; the
-script SIGKILLs itself at the K-th pass of a probe. Recovery alternates between ``gc`` and a
-second driver that attaches to the same storage (and restores through ``checkpoints("s")``).
+script SIGKILLs itself at the K-th pass of a probe. Recovery is ``gc``, and for one case of
+each phase a second driver that attaches to the same storage (and restores through
+``checkpoints("s")``).
 Cases run in the background, PARALLEL at a time, while the tests check them in order; every
 surviving checkpoint is also read back from its artifact in the shared session.
 """
@@ -32,6 +33,7 @@ from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.checkpoint.lifecycle import CheckpointKind, CheckpointState
 from spark_steward.checkpoint.data import DataFile, hadoop_url, read_dataframe
 from spark_steward.storage import Storage
+from tests.conftest import QUICK_JVM
 from tests.spark.conftest import spark_submit_path
 
 pytestmark = pytest.mark.spark
@@ -41,8 +43,8 @@ MASTER = "local[2]"
 #: Crash runs at once; spark-submit start-up is mostly waiting, so 2 cores take 2 well.
 PARALLEL = int(os.environ.get("STEWARD_CRASH_PARALLEL", "2"))
 RUN_TIMEOUT = 240.0
-#: Short-lived drivers: the C1 compiler alone and one GC thread take ~40% less CPU to start.
-JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: --driver-java-options replaces the run's defaults (tests/conftest.py), so they are repeated.
+JAVA_OPTIONS = QUICK_JVM
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,13 @@ _POINTS: list[tuple[str, int]] = [
     ("after:rm-data:rdd", 1),
     ("after:rm-data:ctx", 1),
 ]
-CASES = [Case(point, k, "gc" if i % 2 == 0 else "attach")
-         for i, (point, k) in enumerate(_POINTS)]
+#: Recovered by a second driver that attaches (and restores through ``checkpoints("s")``): one
+#: case per phase (Spark's own checkpoints, inside a save, a discard, the stop). Every other case
+#: is recovered by ``spark-steward gc``, which needs no JVM and runs the same failover
+#: (``CheckpointStore.recover``) an attach runs.
+ATTACH_CASES = {("after:entry:ctx:pending", 1), ("after:artifact:s/1", 1), ("unlink:s/1", 3),
+                ("unlink:spark", 6)}
+CASES = [Case(point, k, "attach" if (point, k) in ATTACH_CASES else "gc") for point, k in _POINTS]
 #: Started first; its JVM, which runs the whole workload, leaves the CDS archive.
 ARCHIVE_FROM = "after:rm-data:ctx"
 

@@ -26,7 +26,6 @@ pytestmark = pytest.mark.spark
 
 JOB = SCRIPTS / "bare_executors_job.py"
 NOT_INSTALLED = "spark-steward is not installed in the Python of this executor"
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def _is_spark_steward(entry: str) -> bool:
@@ -65,9 +64,7 @@ def test_plain_code_runs_where_executors_lack_spark_steward(
     bare = python_without_steward
     flags = steward_conf(tmp_path / "storage", f"spark.pyspark.python={bare}",
                          f"spark.pyspark.driver.python={sys.executable}",
-                         f"spark.io.encryption.enabled={str(encryption).lower()}",
-                         f"spark.driver.extraJavaOptions={QUICK_JVM}",
-                         f"spark.executor.extraJavaOptions={QUICK_JVM}")
+                         f"spark.io.encryption.enabled={str(encryption).lower()}")
     out = tmp_path / "out.json"
     result = run_spark_submit(JOB, flags, str(out))
     log = result.stdout + result.stderr

@@ -27,15 +27,12 @@ import identity_kinds  # noqa: E402
 pytestmark = pytest.mark.spark
 
 JOB = SCRIPTS / "shared_identity_job.py"
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def _submit(role: str, workdir: Path, storage: Path, out: Path) -> dict[str, Any]:
     pythonpath = os.pathsep.join([str(workdir / "mods"), str(SCRIPTS),
                                   os.environ.get("PYTHONPATH", "")])
-    flags = steward_conf(storage, f"spark.driver.extraJavaOptions={QUICK_JVM}",
-                         f"spark.executor.extraJavaOptions={QUICK_JVM}",
-                         "spark.sql.shuffle.partitions=2", "spark.default.parallelism=2")
+    flags = steward_conf(storage, "spark.sql.shuffle.partitions=2", "spark.default.parallelism=2")
     result = run_spark_submit(JOB, flags, role, str(workdir), str(out), timeout=900,
                               env={"PYTHONPATH": pythonpath})
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
