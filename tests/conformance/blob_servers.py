@@ -51,7 +51,11 @@ class BlobServing(ABC):
         self.max_connections = max_connections
         self.handshake_timeout = handshake_timeout
         self.network_timeout = network_timeout
-        self.port = 0
+
+    @property
+    @abstractmethod
+    def port(self) -> int:
+        """The port it listens on (127.0.0.1)."""
 
     @abstractmethod
     def put(self, data: bytes) -> str:
@@ -95,7 +99,11 @@ class PythonBlobServer(BlobServing):
         self._records: list[str] = []
         self._handler = _Collect(self._records)
         logging.getLogger("spark_steward.blob.server").addHandler(self._handler)
-        _, self.port = self.server.start()
+        _, self._port = self.server.start()
+
+    @property
+    def port(self) -> int:
+        return self._port
 
     def put(self, data: bytes) -> str:
         return self.depot.put_bytes(data).key.digest
@@ -107,7 +115,7 @@ class PythonBlobServer(BlobServing):
         return "\n".join(self._records)
 
     def stop(self) -> None:
-        self.server.close()
+        self.server.close()  # idempotent
         logging.getLogger("spark_steward.blob.server").removeHandler(self._handler)
 
     def bytes_served(self) -> int:
@@ -147,16 +155,24 @@ class JavaPeerServer(BlobServing):
                  str(self.app_dir), "127.0.0.1", executor, str(max_connections), str(rate),
                  str(round(handshake_timeout * 1000)), str(round(network_timeout * 1000))],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
-        assert self.proc.stdout is not None
-        try:
-            line = read_line(self.proc.stdout, 60, "the peer server's start")
-        except AssertionError:
-            line = ""
-        if not line.startswith("port "):
-            self.proc.kill()
-            self.proc.wait()
-            pytest.fail(f"the peer server did not start: {line!r}\n{self.logged()[-3000:]}")
-        self.port = int(line.split()[1])
+        self._port = 0
+
+    @property
+    def port(self) -> int:
+        """Waits for the port the server prints once it listens: a JVM started here may start
+        while another is (the suite starts its servers together)."""
+        if not self._port:
+            assert self.proc.stdout is not None
+            try:
+                line = read_line(self.proc.stdout, 60, "the peer server's start")
+            except AssertionError:
+                line = ""
+            if not line.startswith("port "):
+                self.proc.kill()
+                self.proc.wait()
+                pytest.fail(f"the peer server did not start: {line!r}\n{self.logged()[-3000:]}")
+            self._port = int(line.split()[1])
+        return self._port
 
     def put(self, data: bytes) -> str:
         key = hashlib.sha256(data).hexdigest()
@@ -170,7 +186,9 @@ class JavaPeerServer(BlobServing):
         return self.stderr.read_text()
 
     def stop(self) -> None:
-        """Closes stdin (the server's signal to stop); it must exit 0."""
+        """Closes stdin (the server's signal to stop); it must exit 0. Idempotent."""
+        if self.proc.returncode is not None:
+            return
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             self.proc.stdin.close()
         try:

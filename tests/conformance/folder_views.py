@@ -116,7 +116,7 @@ class JavaFolderView(FolderView):
 
     def __init__(self, jvm: JvmDriver) -> None:
         self.jvm = jvm
-        self.manager = manager_class()
+        self.manager = java_names.stream_checkpoint_files()
 
     def _call(self, op: str, root: Path, folder: str, **fields: str) -> dict:  # type: ignore[type-arg]
         try:
@@ -142,11 +142,3 @@ class JavaFolderView(FolderView):
     def read(self, root: Path, folder: str, name: str) -> bytes:
         return decoded(self._call("files.read", root, folder, name=name))
 
-
-def manager_class() -> str:
-    """The shim's manager for the installed Spark line: the trait moved in 4.1."""
-    import pyspark
-
-    major, minor = (int(part) for part in pyspark.__version__.split(".")[:2])
-    return (java_names.STREAM_CHECKPOINT_FILES if (major, minor) >= (4, 1)
-            else java_names.STREAM_CHECKPOINT_FILES_V40)

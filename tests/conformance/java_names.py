@@ -20,3 +20,12 @@ SEGMENT_PIECES = SEGMENT_FILES + "$Pieces"
 
 #: The conformance suite's own JVM-side helper (tests/conformance/java).
 CONFORMANCE_DRIVER = "io.sparksteward.conformance.ConformanceDriver"
+
+
+def stream_checkpoint_files() -> str:
+    """The streaming checkpoint file manager of the installed Spark line (the trait it
+    implements moved in 4.1)."""
+    import pyspark
+
+    major, minor = (int(part) for part in pyspark.__version__.split(".")[:2])
+    return STREAM_CHECKPOINT_FILES if (major, minor) >= (4, 1) else STREAM_CHECKPOINT_FILES_V40

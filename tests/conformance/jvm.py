@@ -18,6 +18,7 @@ import os
 import select
 import subprocess
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 from typing import IO, Any
@@ -83,22 +84,37 @@ def read_line(stream: IO[bytes], seconds: float, what: str) -> str:
 
 
 class JvmDriver:
-    """The running helper JVM; :meth:`call` sends one request and returns its answer."""
+    """The helper JVM, started at once and warmed in the background (its start and the first
+    Hadoop calls take seconds, spent while the Python side's tests run); :meth:`call` sends one
+    request and returns its answer."""
 
     def __init__(self, log: Path) -> None:
         self.log = log
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._failure: str | None = None
         with open(log, "wb") as err:
             self.proc = subprocess.Popen(
                 ["java", *JAVA_OPTIONS, "-cp", classpath(driver_jar()),
                  java_names.CONFORMANCE_DRIVER],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
-        assert self.proc.stdout is not None and self.proc.stdin is not None
+        threading.Thread(target=self._warm, name="conformance-jvm-warm", daemon=True).start()
+
+    def _warm(self) -> None:
+        """Waits for the JVM's first line, then has it load what the suites use."""
         try:
+            assert self.proc.stdout is not None
             first = read_line(self.proc.stdout, START_SECONDS, "the conformance JVM's start")
-        except AssertionError as e:
-            self.close()
-            raise AssertionError(f"{e}\n{log.read_text()[-3000:]}") from None
-        assert json.loads(first) == {"ready": True}, first
+            assert json.loads(first) == {"ready": True}, first
+            with tempfile.TemporaryDirectory() as scratch, self._lock:
+                offsets = Path(scratch) / "location" / "offsets"
+                offsets.mkdir(parents=True)
+                self._send("files.list", **{"class": java_names.stream_checkpoint_files()},
+                           folder=f"file:{offsets}")
+        except BaseException as e:  # reported by the first call
+            self._failure = f"{e}\n{self.log.read_text()[-3000:]}"
+        finally:
+            self._ready.set()
 
     def call(self, op: str, **fields: Any) -> dict[str, Any]:
         """The answer to ``op``; JavaError when the shim threw."""
@@ -109,13 +125,21 @@ class JvmDriver:
 
     def answer(self, op: str, **fields: Any) -> dict[str, Any]:
         """The answer to ``op`` as it came, an ``error`` included."""
+        if not self._ready.wait(START_SECONDS):
+            raise AssertionError("the conformance JVM did not start")
+        if self._failure is not None:
+            raise AssertionError(f"the conformance JVM did not start: {self._failure}")
+        with self._lock:
+            return self._send(op, **fields)
+
+    def _send(self, op: str, **fields: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps({"op": op, **fields}).encode() + b"\n")
         self.proc.stdin.flush()
-        line = read_line(self.proc.stdout, 60, f"the conformance JVM's {op}")
-        return json.loads(line)
+        return json.loads(read_line(self.proc.stdout, 60, f"the conformance JVM's {op}"))
 
     def close(self) -> None:
+        self._ready.wait(START_SECONDS)
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             self.proc.stdin.close()
         try:
