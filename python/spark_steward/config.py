@@ -202,6 +202,27 @@ def capability_keys(module: Any) -> list[ConfigKey[Any]]:
 KEYS = KeyTable()
 
 
+@dataclass(frozen=True)
+class JvmValue:
+    """One value the JVM shim acts on, handed to every JVM of an application resolved
+    (:mod:`spark_steward.kernel.handover`): its field in the record, its type (``bool``,
+    ``int`` or ``str``; durations as whole milliseconds, sizes as bytes) and how it follows from
+    a validated conf. A capability whose shim half needs values declares them as ``JVM_VALUES``
+    in its ``config`` module; the shim reads each field by name in that capability's package."""
+
+    field: str
+    type: type
+    resolve: Callable[["StewardConf"], Any]
+
+
+def jvm_values() -> list[JvmValue]:
+    """Every capability's declared :class:`JvmValue`, capabilities in declaration order."""
+    found: list[JvmValue] = []
+    for _, module in capabilities.loaded("config"):
+        found.extend(getattr(module, "JVM_VALUES", ()))
+    return found
+
+
 def _key(name: str, type_: ConfigType[T], default: str, doc: str, *,
          choices: tuple[str, ...] = (), minimum: float | None = None) -> ConfigKey[T]:
     key = ConfigKey(name, type_, default, doc, choices, minimum)

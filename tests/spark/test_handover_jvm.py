@@ -16,7 +16,7 @@ from py4j.protocol import Py4JJavaError
 
 from spark_steward.config import ENABLED, RESOLVED_KEY
 from spark_steward.errors import ConfigError
-from spark_steward.kernel.handover import OFF, Handover, encode_pairs
+from spark_steward.kernel.handover import OFF, Handover, declared_values, encode_pairs
 
 pytestmark = pytest.mark.spark
 
@@ -32,16 +32,6 @@ VARIED = [
     ("spark.steward.blob.server.handshake-timeout", "2min"),
     ("spark.steward.streams.enabled", "FALSE"),
 ]
-FIELDS = {  # Python field -> Java field
-    "enabled": "enabled", "local_dir": "localDir",
-    "events_buffer_capacity": "eventsBufferCapacity", "blob_peer_enabled": "blobPeerEnabled",
-    "blob_peer_max_connections": "blobPeerMaxConnections", "blob_peer_rate": "blobPeerRate",
-    "blob_network_timeout_ms": "blobNetworkTimeoutMillis",
-    "blob_handshake_timeout_ms": "blobHandshakeTimeoutMillis",
-    "streams_enabled": "streamsEnabled",
-}
-
-
 @pytest.fixture(scope="module")
 def jhandover(spark: Any) -> Any:
     return spark.sparkContext._jvm.io.sparksteward.shim.kernel.Handover
@@ -63,13 +53,20 @@ def java_error(call: Any, *args: Any) -> tuple[str, str]:
 
 
 def java_fields(record: Any) -> dict[str, Any]:
-    return {py: get_field(record, java) for py, java in FIELDS.items()}
+    """Every declared field as the shim reads it: the kernel's typed members, and each field
+    through the accessor of its declared type, as a capability's package reads it."""
+    read = {bool: record.flag, int: record.number, str: record.text}
+    fields = {v.field: read[v.type](v.field) for v in declared_values()}
+    kernel = {"enabled": get_field(record, "enabled"), "local_dir": get_field(record, "localDir"),
+              "events_buffer_capacity": get_field(record, "eventsBufferCapacity")}
+    assert {k: fields[k] for k in kernel} == kernel
+    return fields
 
 
 def python_fields(raw: str) -> dict[str, Any]:
     record = Handover.decode(raw)
     assert record is not None
-    return vars(record)
+    return record.fields
 
 
 @pytest.mark.parametrize("pair", [None, *VARIED], ids=lambda p: p[0] if p else "defaults")
@@ -81,11 +78,13 @@ def test_java_decodes_what_python_encodes(jhandover: Any, pair: tuple[str, str] 
 def test_off_and_malformed_records(jhandover: Any) -> None:
     assert get_field(jhandover.decode(OFF), "enabled") is False
     good = encode_pairs(ON)
+    # Decoding checks the version and the kernel's fields.
     bad = {
         "v=2&enabled=true": "not version 1",
-        good.replace("&blob_peer_rate=0", ""): "no field blob_peer_rate",
-        good.replace("blob_peer_rate=0", "blob_peer_rate=1_000"): "not a whole number",
-        good.replace("streams_enabled=true", "streams_enabled=yes"): "not true or false",
+        good.replace("&events_buffer_capacity=100000", ""): "no field events_buffer_capacity",
+        good.replace("events_buffer_capacity=100000", "events_buffer_capacity=1_000"):
+            "not a whole number",
+        good.replace("enabled=true", "enabled=yes"): "not true or false",
         good.replace("local_dir=", "local_dir=%zz"): "bad percent-encoding",
         good + "&junk": "without '='",
     }
@@ -93,6 +92,14 @@ def test_off_and_malformed_records(jhandover: Any) -> None:
         kind, message = java_error(jhandover.decode, raw)
         assert kind == "IllegalArgumentException", raw
         assert RESOLVED_KEY in message and why in message, raw
+    # A capability's field, when its package reads it.
+    record = jhandover.decode(good.replace("streams_enabled=true", "streams_enabled=yes")
+                              .replace("&blob_peer_rate=0", ""))
+    for read, name, why in ((record.flag, "streams_enabled", "not true or false"),
+                            (record.number, "blob_peer_rate", "no field blob_peer_rate"),
+                            (record.number, "streams_enabled", "not a whole number")):
+        kind, message = java_error(read, name)
+        assert kind == "IllegalArgumentException" and why in message, name
 
 
 SWITCH_VECTORS = ["true", "false", "TRUE", " False ", "\ttrue\n", "yes", "1", "0", "", "on",
@@ -150,5 +157,5 @@ def test_the_running_context_carries_pythons_record(spark: Any) -> None:
     raw = spark.sparkContext.getConf().get(RESOLVED_KEY)
     assert raw is not None
     record = Handover.decode(raw)
-    assert record is not None and record.enabled
-    assert record.local_dir == spark.sparkContext.getConf().get("spark.steward.local.dir")
+    assert record is not None and record.fields["enabled"]
+    assert record.fields["local_dir"] == spark.sparkContext.getConf().get("spark.steward.local.dir")

@@ -27,24 +27,23 @@ from spark_steward.kernel.handover import OFF, Handover, encode_pairs
 ON = [("spark.steward.enabled", "true")]
 
 
-def decoded(pairs: list[tuple[str, str]]) -> Handover:
+def decoded(pairs: list[tuple[str, str]]) -> dict[str, object]:
     record = Handover.decode(encode_pairs(ON + pairs))
     assert record is not None
-    return record
+    return record.fields
 
 
 def test_defaults_are_configs_defaults() -> None:
     record = decoded([])
     conf = StewardConf.from_pairs(ON)
-    assert record.enabled is True
-    assert record.local_dir == conf.local_dir()
-    assert record.events_buffer_capacity == EVENTS_BUFFER_CAPACITY.default
-    assert record.blob_peer_enabled is True
-    assert record.blob_peer_max_connections == BLOB_PEER_MAX_CONNECTIONS.default
-    assert record.blob_peer_rate == BLOB_PEER_RATE.default
-    assert record.blob_network_timeout_ms == round(BLOB_NETWORK_TIMEOUT.default * 1000)
-    assert record.blob_handshake_timeout_ms == round(BLOB_SERVER_HANDSHAKE_TIMEOUT.default * 1000)
-    assert record.streams_enabled is True
+    assert record == {
+        "enabled": True, "local_dir": conf.local_dir(),
+        "events_buffer_capacity": EVENTS_BUFFER_CAPACITY.default,
+        "blob_peer_enabled": True, "blob_peer_max_connections": BLOB_PEER_MAX_CONNECTIONS.default,
+        "blob_peer_rate": BLOB_PEER_RATE.default,
+        "blob_network_timeout_ms": round(BLOB_NETWORK_TIMEOUT.default * 1000),
+        "blob_handshake_timeout_ms": round(BLOB_SERVER_HANDSHAKE_TIMEOUT.default * 1000),
+        "streams_enabled": True}
 
 
 @pytest.mark.parametrize("key, raw, field, expected", [
@@ -64,17 +63,33 @@ def test_defaults_are_configs_defaults() -> None:
 def test_one_key_varied_reaches_its_field_as_config_parses_it(
         key: str, raw: str, field: str, expected: object) -> None:
     record = decoded([(key, raw)])
-    assert getattr(record, field) == expected
+    assert record[field] == expected
     baseline = decoded([])
     # Nothing else moved.
-    assert {f: v for f, v in vars(record).items() if f != field} == \
-        {f: v for f, v in vars(baseline).items() if f != field}
+    assert {f: v for f, v in record.items() if f != field} == \
+        {f: v for f, v in baseline.items() if f != field}
 
 
 def test_durations_round_up_never_down() -> None:
-    assert handover._millis(0.0101) == 11
-    assert handover._millis(0.01) == 10
-    assert handover._millis(60.0) == 60_000
+    from spark_steward.blob.config_keys import _millis
+
+    assert _millis(0.0101) == 11
+    assert _millis(0.01) == 10
+    assert _millis(60.0) == 60_000
+
+
+def test_a_field_declared_twice_or_of_the_wrong_type_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_steward.config import ConfigError, JvmValue
+
+    twice = JvmValue("local_dir", str, lambda conf: "x")
+    monkeypatch.setattr(handover, "jvm_values", lambda: [twice])
+    with pytest.raises(ConfigError, match="'local_dir' is declared twice"):
+        encode_pairs(ON)
+    wrong = JvmValue("third_party_rate", int, lambda conf: 1.5)
+    monkeypatch.setattr(handover, "jvm_values", lambda: [wrong])
+    with pytest.raises(TypeError, match="third_party_rate resolved to float, declared int"):
+        encode_pairs(ON)
 
 
 def test_the_encoding_is_canonical_and_percent_encoded() -> None:
@@ -131,7 +146,7 @@ def test_install_replaces_a_record_copied_from_another_context() -> None:
                      "spark.steward.events.buffer-capacity": "9"})
     handover.install(conf, enabled=True)
     record = Handover.decode(conf.pairs[RESOLVED_KEY])
-    assert record is not None and record.events_buffer_capacity == 9
+    assert record is not None and record.fields["events_buffer_capacity"] == 9
     handover.install(conf, enabled=False)
     assert conf.pairs[RESOLVED_KEY] == OFF
 
@@ -145,7 +160,7 @@ def test_the_resolved_key_is_not_warned_about(caplog: pytest.LogCaptureFixture) 
 def test_the_subprocess_form_answers_and_names_a_bad_value() -> None:
     out, err = io.StringIO(), io.StringIO()
     assert handover.main(io.StringIO(json.dumps(ON)), out, err) == 0
-    assert Handover.decode(out.getvalue()) == decoded([])
+    assert Handover.decode(out.getvalue()) == Handover(decoded([]))
     bad = ON + [["spark.steward.blob.peer.rate", "fast"]]  # type: ignore[list-item]
     out, err = io.StringIO(), io.StringIO()
     assert handover.main(io.StringIO(json.dumps(bad)), out, err) == handover.EXIT_CONFIG_ERROR
@@ -159,4 +174,4 @@ def test_the_subprocess_form_runs_as_the_shim_runs_it() -> None:
     done = subprocess.run([sys.executable, "-m", "spark_steward.kernel.handover"],
                           input=json.dumps(ON), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert Handover.decode(done.stdout) == decoded([])
+    assert Handover.decode(done.stdout) == Handover(decoded([]))

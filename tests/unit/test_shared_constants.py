@@ -398,3 +398,24 @@ def test_reader_folds_what_javac_folds() -> None:
     assert _evaluate("Errors", '"STWPACK1".getBytes(StandardCharsets.US_ASCII)') == b"STWPACK1"
     assert _evaluate("Errors", "Integer.MAX_VALUE - 64") == 2**31 - 65
     assert _without_comments('a /* "x" */ "/* y */" // z\nb') == 'a           "/* y */"     \nb'
+
+
+_FIELD = re.compile(r'static\s+final\s+String\s+\w+_FIELD\s*=\s*"([a-z0-9_]+)"')
+
+
+def test_the_handover_fields_each_side_names_are_the_same() -> None:
+    """Each JVM handover field Python declares (the kernel's in kernel/handover.py, a
+    capability's as ``JVM_VALUES`` of its config module) is a ``*_FIELD`` constant of that
+    capability's package in the shim, and the shim reads no field Python does not write."""
+    from spark_steward import capabilities
+    from spark_steward.kernel.handover import KERNEL_VALUES
+
+    python = {"kernel": {v.field for v in KERNEL_VALUES}}
+    for capability, module in capabilities.loaded("config"):
+        package = module.__name__.split(".")[1]
+        python.setdefault(package, set()).update(v.field for v in getattr(module, "JVM_VALUES", ()))
+    java: dict[str, set[str]] = {}
+    for path in JAVA.rglob("*.java"):
+        package = path.parent.name
+        java.setdefault(package, set()).update(_FIELD.findall(path.read_text()))
+    assert {k: v for k, v in java.items() if v} == {k: v for k, v in python.items() if v}

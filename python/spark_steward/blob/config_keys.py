@@ -7,7 +7,10 @@ the ``config`` of the capability's declaration), and read typed through
 
 from __future__ import annotations
 
-from spark_steward.config import BOOL, DURATION, INT, SIZE, STRING, ConfigKey, StewardConf
+import math
+
+from spark_steward.config import (BOOL, DURATION, INT, SIZE, STRING, ConfigKey, JvmValue,
+                                  StewardConf)
 
 BLOB_RETENTION_INTERVAL = ConfigKey(
     "spark.steward.blob.retention.interval", DURATION, "30min",
@@ -95,3 +98,20 @@ def encryption_on(conf: StewardConf) -> bool:
     follows Spark's own transfers (:attr:`StewardConf.spark_encrypts`)."""
     mode = conf.get(BLOB_ENCRYPTION)
     return conf.spark_encrypts if mode == "auto" else mode == "true"
+
+
+def _millis(seconds: float) -> int:
+    """Whole milliseconds, rounded up: a timeout never becomes shorter than what was asked."""
+    return max(1, math.ceil(seconds * 1000 - 1e-9))
+
+
+#: What every executor JVM's peer server acts on (the shim's ``blob.PeerSettings``).
+JVM_VALUES = (
+    JvmValue("blob_peer_enabled", bool, lambda conf: conf.get(BLOB_PEER_ENABLED)),
+    JvmValue("blob_peer_max_connections", int, lambda conf: conf.get(BLOB_PEER_MAX_CONNECTIONS)),
+    JvmValue("blob_peer_rate", int, lambda conf: conf.get(BLOB_PEER_RATE)),
+    JvmValue("blob_network_timeout_ms", int,
+             lambda conf: _millis(conf.get(BLOB_NETWORK_TIMEOUT))),
+    JvmValue("blob_handshake_timeout_ms", int,
+             lambda conf: _millis(conf.get(BLOB_SERVER_HANDSHAKE_TIMEOUT))),
+)

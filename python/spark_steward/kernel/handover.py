@@ -8,6 +8,9 @@ context's conf under :data:`~spark_steward.config.RESOLVED_KEY`; every JVM of th
 (driver and executors) reads that one entry (the shim's ``kernel.Handover``) and never a
 ``spark.steward.*`` key itself.
 
+The kernel's fields (on/off, the local dir, the event buffer) are declared here; a capability
+whose shim half needs values declares them in its config module (``JVM_VALUES``, a tuple of
+:class:`~spark_steward.config.JvmValue`), and the shim reads each in that capability's package.
 The encoding is ``field=value`` pairs joined by ``&``, each value percent-encoded, in canonical
 forms only: ``true``/``false``, decimal integers, durations in whole milliseconds, sizes in
 bytes, paths resolved. A driver started without our Python beside it (a JVM-launched driver, or
@@ -18,23 +21,18 @@ bytes, paths resolved. A driver started without our Python beside it (a JVM-laun
 from __future__ import annotations
 
 import json
-import math
 import sys
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Iterable
 from urllib.parse import quote, unquote
 
 from spark_steward.config import (
-    BLOB_NETWORK_TIMEOUT,
-    BLOB_PEER_ENABLED,
-    BLOB_PEER_MAX_CONNECTIONS,
-    BLOB_PEER_RATE,
-    BLOB_SERVER_HANDSHAKE_TIMEOUT,
     ENABLED,
     EVENTS_BUFFER_CAPACITY,
     RESOLVED_KEY,
-    STREAMS_ENABLED,
+    JvmValue,
     StewardConf,
+    jvm_values,
 )
 from spark_steward.errors import ConfigError
 
@@ -44,64 +42,68 @@ VERSION = 1
 #: Exit status of the subprocess form for a value Python refuses (the shim stops the start).
 EXIT_CONFIG_ERROR = 2
 
+#: What the kernel's shim acts on (``kernel.Handover``'s own fields); each capability declares
+#: its own (``JVM_VALUES`` of its config module, :func:`spark_steward.config.jvm_values`).
+KERNEL_VALUES = (
+    JvmValue("enabled", bool, lambda conf: conf.get(ENABLED)),
+    JvmValue("local_dir", str, lambda conf: conf.local_dir()),
+    JvmValue("events_buffer_capacity", int, lambda conf: conf.get(EVENTS_BUFFER_CAPACITY)),
+)
+
+
+def declared_values() -> list[JvmValue]:
+    """The kernel's values, then every capability's; a field declared twice is refused."""
+    values = [*KERNEL_VALUES, *jvm_values()]
+    seen: set[str] = set()
+    for value in values:
+        if value.field in seen or not value.field.replace("_", "").isalnum():
+            raise ConfigError(f"JVM handover field {value.field!r} is declared twice or is not "
+                              "a plain name")
+        seen.add(value.field)
+    return values
+
 
 @dataclass(frozen=True)
 class Handover:
-    """What the shim needs, typed; field order is the encoding's order."""
+    """The resolved record: every declared field's typed value, in declaration order."""
 
-    enabled: bool
-    local_dir: str
-    events_buffer_capacity: int
-    blob_peer_enabled: bool
-    blob_peer_max_connections: int
-    blob_peer_rate: int
-    blob_network_timeout_ms: int
-    blob_handshake_timeout_ms: int
-    streams_enabled: bool
+    fields: dict[str, bool | int | str]
 
     def encode(self) -> str:
         """The conf value: ``v=<VERSION>&<field>=<value>...``, values percent-encoded."""
         parts = [f"v={VERSION}"]
-        for name, value in asdict(self).items():
+        for name, value in self.fields.items():
             text = ("true" if value else "false") if isinstance(value, bool) else str(value)
             parts.append(f"{name}={quote(text, safe='')}")
         return "&".join(parts)
 
     @classmethod
     def decode(cls, raw: str) -> "Handover | None":
-        """The record ``encode`` wrote, or None for :data:`OFF` (for tests and tools);
-        ValueError when it is neither."""
+        """The record ``encode`` wrote, typed by the declared fields, or None for :data:`OFF`
+        (for tests and tools); ValueError when it is neither."""
         pairs = dict(part.split("=", 1) for part in raw.split("&") if "=" in part)
         if pairs.get("v") != str(VERSION):
             raise ValueError(f"not a version {VERSION} handover: {raw[:80]!r}")
         if pairs.get("enabled") == "false":
             return None
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            text = unquote(pairs[f.name])
-            values[f.name] = (text == "true" if f.type in ("bool", bool)
-                              else int(text) if f.type in ("int", int) else text)
-        return cls(**values)
-
-
-def _millis(seconds: float) -> int:
-    """Whole milliseconds, rounded up: a timeout never becomes shorter than what was asked."""
-    return max(1, math.ceil(seconds * 1000 - 1e-9))
+        fields: dict[str, bool | int | str] = {}
+        for value in declared_values():
+            text = unquote(pairs[value.field])
+            fields[value.field] = (text == "true" if value.type is bool
+                                   else int(text) if value.type is int else text)
+        return cls(fields)
 
 
 def resolve(conf: StewardConf) -> Handover:
     """The handover of ``conf`` (already validated: every value in range)."""
-    return Handover(
-        enabled=conf.get(ENABLED),
-        local_dir=conf.local_dir(),
-        events_buffer_capacity=conf.get(EVENTS_BUFFER_CAPACITY),
-        blob_peer_enabled=conf.get(BLOB_PEER_ENABLED),
-        blob_peer_max_connections=conf.get(BLOB_PEER_MAX_CONNECTIONS),
-        blob_peer_rate=conf.get(BLOB_PEER_RATE),
-        blob_network_timeout_ms=_millis(conf.get(BLOB_NETWORK_TIMEOUT)),
-        blob_handshake_timeout_ms=_millis(conf.get(BLOB_SERVER_HANDSHAKE_TIMEOUT)),
-        streams_enabled=conf.get(STREAMS_ENABLED),
-    )
+    fields: dict[str, bool | int | str] = {}
+    for value in declared_values():
+        resolved = value.resolve(conf)
+        if type(resolved) is not value.type:
+            raise TypeError(f"JVM handover field {value.field} resolved to "
+                            f"{type(resolved).__name__}, declared {value.type.__name__}")
+        fields[value.field] = resolved
+    return Handover(fields)
 
 
 #: The record of a context started with spark-steward off: the shim reads nothing else, and no

@@ -7,7 +7,7 @@ the ``config`` of the capability's declaration), and read typed through
 
 from __future__ import annotations
 
-from spark_steward.config import BOOL, DURATION, FLOAT, INT, SIZE, STRING, ConfigKey
+from spark_steward.config import BOOL, DURATION, FLOAT, INT, SIZE, STRING, ConfigKey, JvmValue
 
 STREAMS_ENABLED = ConfigKey(
     "spark.steward.streams.enabled", BOOL, "true",
@@ -62,3 +62,9 @@ STREAMS_PACK_MAX_MEMBER = ConfigKey(
     "spark.steward.streams.pack.max-member", SIZE, "4m",
     "Files larger than this stay loose (they are few, and a packed file is read whole into "
     "memory when opened).", minimum=0)
+
+#: What the streaming checkpoint file managers act on where a session does not set its own
+#: switch (the shim's ``streams.StreamFiles``).
+JVM_VALUES = (
+    JvmValue("streams_enabled", bool, lambda conf: conf.get(STREAMS_ENABLED)),
+)

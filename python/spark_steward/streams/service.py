@@ -14,7 +14,6 @@ With ``streams.pack.enabled`` it packs each running query's old files after ever
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import threading
@@ -108,7 +107,7 @@ class StreamService(RuntimeService):
                                  temp_horizon=conf.get(STREAMS_TEMP_HORIZON),
                                  options=runtime.storage.options)
         # Attached, spark-steward is on for the context whatever its conf said at start.
-        record = dataclasses.replace(handover.resolve(conf), enabled=True).encode()
+        record = handover.Handover({**handover.resolve(conf).fields, "enabled": True}).encode()
         self.manager_class = str(jvm.call(runtime.sc, "installStreamFiles",
                                           jvm.context_handle(runtime.sc), record))
         spark = active_session()

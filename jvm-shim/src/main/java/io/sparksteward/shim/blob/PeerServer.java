@@ -100,7 +100,7 @@ public final class PeerServer {
    */
   public static PeerServer startFor(PluginContext ctx, Handover handover) {
     try {
-      if (!handover.enabled || !handover.blobPeerEnabled) {
+      if (!handover.enabled || !handover.flag(PeerSettings.ENABLED_FIELD)) {
         return null;
       }
       PeerSettings settings = PeerSettings.of(handover);

@@ -8,6 +8,13 @@ import io.sparksteward.shim.kernel.Handover;
  * PeerServer#main}'s arguments.
  */
 final class PeerSettings {
+  /** The blob capability's handover fields ({@code blob.config_keys.JVM_VALUES}). */
+  static final String ENABLED_FIELD = "blob_peer_enabled";
+  static final String MAX_CONNECTIONS_FIELD = "blob_peer_max_connections";
+  static final String RATE_FIELD = "blob_peer_rate";
+  static final String NETWORK_TIMEOUT_FIELD = "blob_network_timeout_ms";
+  static final String HANDSHAKE_TIMEOUT_FIELD = "blob_handshake_timeout_ms";
+
   final int maxConnections;
   /** Bytes per second for all connections together; 0: no cap. */
   final long rate;
@@ -31,8 +38,8 @@ final class PeerSettings {
    * .peer.rate}, {@code .server.handshake-timeout} and {@code .network-timeout}.
    */
   static PeerSettings of(Handover handover) {
-    return new PeerSettings(Math.min(handover.blobPeerMaxConnections, 100_000),
-        handover.blobPeerRate, handover.blobHandshakeTimeoutMillis,
-        handover.blobNetworkTimeoutMillis);
+    return new PeerSettings((int) Math.min(handover.number(MAX_CONNECTIONS_FIELD), 100_000),
+        handover.number(RATE_FIELD), handover.number(HANDSHAKE_TIMEOUT_FIELD),
+        handover.number(NETWORK_TIMEOUT_FIELD));
   }
 }

@@ -46,32 +46,27 @@ public final class Handover {
   static final long RESOLVE_TIMEOUT_SECONDS = 60;
   private static final Logger LOG = LoggerFactory.getLogger(Handover.class);
 
-  /** spark-steward off at context start: the shim does nothing. */
-  public static final Handover OFF = new Handover(false, null, 0, false, 0, 0, 0, 0, false);
+  /** The kernel's handover fields ({@code handover.KERNEL_VALUES}). */
+  static final String ENABLED_FIELD = "enabled";
+  static final String LOCAL_DIR_FIELD = "local_dir";
+  static final String EVENTS_BUFFER_CAPACITY_FIELD = "events_buffer_capacity";
 
+  /** spark-steward off at context start: the shim does nothing. */
+  public static final Handover OFF = new Handover(false, new HashMap<String, String>(), "");
+
+  /** The kernel's own fields; a capability reads its own with {@link #flag} and {@link #number}. */
   public final boolean enabled;
   public final String localDir;
   public final int eventsBufferCapacity;
-  public final boolean blobPeerEnabled;
-  public final int blobPeerMaxConnections;
-  /** Bytes per second; 0: no cap. */
-  public final long blobPeerRate;
-  public final long blobNetworkTimeoutMillis;
-  public final long blobHandshakeTimeoutMillis;
-  public final boolean streamsEnabled;
+  private final Map<String, String> fields;
+  private final String raw;
 
-  private Handover(boolean enabled, String localDir, int eventsBufferCapacity,
-      boolean blobPeerEnabled, int blobPeerMaxConnections, long blobPeerRate,
-      long blobNetworkTimeoutMillis, long blobHandshakeTimeoutMillis, boolean streamsEnabled) {
+  private Handover(boolean enabled, Map<String, String> fields, String raw) {
+    this.fields = fields;
+    this.raw = raw;
     this.enabled = enabled;
-    this.localDir = localDir;
-    this.eventsBufferCapacity = eventsBufferCapacity;
-    this.blobPeerEnabled = blobPeerEnabled;
-    this.blobPeerMaxConnections = blobPeerMaxConnections;
-    this.blobPeerRate = blobPeerRate;
-    this.blobNetworkTimeoutMillis = blobNetworkTimeoutMillis;
-    this.blobHandshakeTimeoutMillis = blobHandshakeTimeoutMillis;
-    this.streamsEnabled = streamsEnabled;
+    this.localDir = enabled ? text(LOCAL_DIR_FIELD) : null;
+    this.eventsBufferCapacity = enabled ? (int) number(EVENTS_BUFFER_CAPACITY_FIELD) : 0;
   }
 
   /**
@@ -91,25 +86,12 @@ public final class Handover {
       throw malformed(raw, "not version " + VERSION + " (the shim jar and the spark_steward "
           + "package are of different releases)");
     }
-    if (!bool(fields, raw, "enabled")) {
-      return OFF;
-    }
-    return new Handover(true, text(fields, raw, "local_dir"),
-        (int) number(fields, raw, "events_buffer_capacity"), bool(fields, raw, "blob_peer_enabled"),
-        (int) number(fields, raw, "blob_peer_max_connections"),
-        number(fields, raw, "blob_peer_rate"), number(fields, raw, "blob_network_timeout_ms"),
-        number(fields, raw, "blob_handshake_timeout_ms"), bool(fields, raw, "streams_enabled"));
+    Handover off = new Handover(false, fields, raw);
+    return off.flag(ENABLED_FIELD) ? new Handover(true, fields, raw) : OFF;
   }
 
-  private static String percentDecoded(String raw, String value) {
-    try {
-      return URLDecoder.decode(value.replace("+", "%2B"), "UTF-8");
-    } catch (UnsupportedEncodingException | IllegalArgumentException e) {
-      throw malformed(raw, "bad percent-encoding");
-    }
-  }
-
-  private static String text(Map<String, String> fields, String raw, String name) {
+  /** The text of field {@code name}; IllegalArgumentException when the record lacks it. */
+  public String text(String name) {
     String value = fields.get(name);
     if (value == null) {
       throw malformed(raw, "no field " + name);
@@ -117,19 +99,29 @@ public final class Handover {
     return value;
   }
 
-  private static boolean bool(Map<String, String> fields, String raw, String name) {
-    String value = text(fields, raw, name);
+  /** Boolean field {@code name}: {@code true} or {@code false}, nothing else. */
+  public boolean flag(String name) {
+    String value = text(name);
     if (!value.equals("true") && !value.equals("false")) {
       throw malformed(raw, name + " is not true or false");
     }
     return value.equals("true");
   }
 
-  private static long number(Map<String, String> fields, String raw, String name) {
+  /** Whole-number field {@code name} (milliseconds, bytes, counts). */
+  public long number(String name) {
     try {
-      return Long.parseLong(text(fields, raw, name));
+      return Long.parseLong(text(name));
     } catch (NumberFormatException e) {
       throw malformed(raw, name + " is not a whole number");
+    }
+  }
+
+  private static String percentDecoded(String raw, String value) {
+    try {
+      return URLDecoder.decode(value.replace("+", "%2B"), "UTF-8");
+    } catch (UnsupportedEncodingException | IllegalArgumentException e) {
+      throw malformed(raw, "bad percent-encoding");
     }
   }
 

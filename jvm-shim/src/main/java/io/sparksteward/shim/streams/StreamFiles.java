@@ -73,6 +73,8 @@ public final class StreamFiles {
   /** The manager class the user had configured before spark-steward took the key over. */
   static final String DELEGATE_KEY = "spark.steward.streams.delegate-class";
   static final String STREAMS_ENABLED_KEY = "spark.steward.streams.enabled";
+  /** The streams capability's handover field ({@code streams.config_keys.JVM_VALUES}). */
+  static final String STREAMS_ENABLED_FIELD = "streams_enabled";
   static final String INTENTS = "_steward/deletes";
   static final String LOCATION_EVENT = "stream_location";
   private static final Logger LOG = LoggerFactory.getLogger(StreamFiles.class);
@@ -160,7 +162,7 @@ public final class StreamFiles {
     return Handover.sessionSwitch(Handover.ENABLED_KEY, conf.get(Handover.ENABLED_KEY),
             context.enabled)
         && Handover.sessionSwitch(STREAMS_ENABLED_KEY, conf.get(STREAMS_ENABLED_KEY),
-            context.streamsEnabled);
+            context.enabled && context.flag(STREAMS_ENABLED_FIELD));
   }
 
   /** {@code conf} for the manager Spark would have made: the user's class, or Spark's default. */
