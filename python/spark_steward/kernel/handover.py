@@ -99,7 +99,7 @@ def resolve(conf: StewardConf) -> Handover:
     fields: dict[str, bool | int | str] = {}
     for value in declared_values():
         resolved = value.resolve(conf)
-        if type(resolved) is not value.type:
+        if type(resolved) is not value.type or not isinstance(resolved, (bool, int, str)):
             raise TypeError(f"JVM handover field {value.field} resolved to "
                             f"{type(resolved).__name__}, declared {value.type.__name__}")
         fields[value.field] = resolved
