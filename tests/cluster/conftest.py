@@ -52,8 +52,6 @@ from typing import Any  # noqa: E402 - appended helpers
 SCRIPTS = HERE / "scripts"
 
 
-
-
 def steward_setup(cluster: Cluster, name: str, conf: dict[str, str] | None = None, *,
                   shared_storage: bool = True) -> tuple[list[str], Path, str]:
     """``(flags, storage, local_dir)`` for a spark-steward application of test ``name``: the
