@@ -136,16 +136,16 @@ class JavaPeerServer(BlobServing):
     handshake_timeout_words = ("authentication failed", "no answer within")
 
     def __init__(self, root: Path, *, max_connections: int, handshake_timeout: float,
-                 network_timeout: float, rate: int = 0, with_key: bool = True,
+                 network_timeout: float, rate: int = 0, key: str | None = SECRET,
                  executor: str = "exec-1") -> None:
-        """``rate``: the upload cap (bytes per second, 0: none); ``with_key``: whether the peer
-        key is there before the server starts (Python writes it)."""
+        """``rate``: the upload cap (bytes per second, 0: none); ``key``: the peer key Python
+        wrote before the server starts (None: not yet)."""
         super().__init__(root, max_connections=max_connections,
                          handshake_timeout=handshake_timeout, network_timeout=network_timeout)
         self.app_dir = root / "app-1"
-        if with_key:
+        if key is not None:
             (self.app_dir / "peers").mkdir(parents=True, mode=0o700)
-            (self.app_dir / "peers" / "key").write_text(SECRET + "\n")
+            (self.app_dir / "peers" / "key").write_text(key + "\n")
         self.scope_dir = self.app_dir / "blob-cache" / SCOPE
         self.scope_dir.mkdir(parents=True)
         self.stderr = root / "peer-server.stderr"

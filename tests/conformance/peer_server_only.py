@@ -186,7 +186,7 @@ class JavaPeerServerOnly:
     def test_endpoint_file_key_not_ready_and_upload_cap(self, tmp_path: Path) -> None:
         rate = 512 << 10
         srv = JavaPeerServer(tmp_path, max_connections=2, handshake_timeout=3.0,
-                             network_timeout=10.0, rate=rate, with_key=False, executor="exec-1")
+                             network_timeout=10.0, rate=rate, key=None, executor="exec-1")
         try:
             port = srv.port  # it listens, and has written its endpoint file
             peers = srv.app_dir / "peers"

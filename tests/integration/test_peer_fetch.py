@@ -27,7 +27,7 @@ from spark_steward.blob.server import BlobServer, LocatedBlob
 from spark_steward.blob.swarm import Swarm, SwarmFailed
 from spark_steward.checksum import crc32c_of
 from spark_steward.errors import BlobNotFound, BlobProtocolError
-from tests.integration.test_peer_server import Server, _start
+from tests.conformance.blob_servers import JavaPeerServer
 
 APP_SECRET = "a1" * 32
 PEER_KEY = peer_secret(APP_SECRET)
@@ -109,16 +109,16 @@ HOSTILE = {
 
 
 @pytest.fixture(scope="module")
-def java_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    app_dir = tmp_path_factory.mktemp("fetch") / "app-1"
-    (app_dir / "peers").mkdir(parents=True, mode=0o700)
-    (app_dir / "peers" / "key").write_text(PEER_KEY + "\n")
-    scope_dir = app_dir / "blob-cache" / "_app"
-    scope_dir.mkdir(parents=True)
-    (scope_dir / KEY.digest).write_bytes(DATA)
-    server = _start(app_dir, "1")
-    yield server
-    server.stop()
+def java_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JavaPeerServer]:
+    """The JVM's peer server (PeerServer.main) with its defaults, holding DATA."""
+    server = JavaPeerServer(tmp_path_factory.mktemp("fetch"), max_connections=16,
+                            handshake_timeout=5.0, network_timeout=60.0, key=PEER_KEY,
+                            executor="1")
+    try:
+        server.path(KEY.digest).write_bytes(DATA)
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def _origin(driver: BlobServer) -> _ServerPieces:
     return _ServerPieces(REF, PLAN, BlobClient(host, port, APP_SECRET, timeout=5), "the driver")
 
 
-def test_pieces_from_the_driver_and_the_jvm_peer_make_the_blob(java_peer: Server,
+def test_pieces_from_the_driver_and_the_jvm_peer_make_the_blob(java_peer: JavaPeerServer,
                                                                driver: BlobServer,
                                                                tmp_path: Path) -> None:
     calls: list[list[str]] = []
@@ -172,7 +172,7 @@ def test_pieces_from_the_driver_and_the_jvm_peer_make_the_blob(java_peer: Server
 
 
 def test_hostile_peers_are_dropped_and_the_fill_completes_from_the_good_one(
-        java_peer: Server, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        java_peer: JavaPeerServer, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     hostile = {name: HostilePeer(PEER_KEY, answer, hang_up=name == "short")
                for name, answer in HOSTILE.items()}
     hostile["no-key"] = HostilePeer("another application's key", HOSTILE["wrong"])
