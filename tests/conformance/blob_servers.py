@@ -70,6 +70,11 @@ class BlobServing(ABC):
         """What the server logged so far."""
 
     @abstractmethod
+    def cut_short_words(self, key: str, sent: int, length: int) -> str:
+        """What the server logs when the file of ``key`` ended ``sent`` bytes into piece 0 of
+        ``length`` bytes (each runtime in its own words)."""
+
+    @abstractmethod
     def stop(self) -> None:
         """Stops the server (cleanly: a failure to stop fails the test)."""
 
@@ -113,6 +118,9 @@ class PythonBlobServer(BlobServing):
 
     def logged(self) -> str:
         return "\n".join(self._records)
+
+    def cut_short_words(self, key: str, sent: int, length: int) -> str:
+        return f"blob {key} of scope {SCOPE} ended before piece 0; closing the connection"
 
     def stop(self) -> None:
         self.server.close()  # idempotent
@@ -184,6 +192,9 @@ class JavaPeerServer(BlobServing):
 
     def logged(self) -> str:
         return self.stderr.read_text()
+
+    def cut_short_words(self, key: str, sent: int, length: int) -> str:
+        return f"blob {SCOPE}/{key} ended {sent} bytes into piece 0 of {length} announced"
 
     def stop(self) -> None:
         """Closes stdin (the server's signal to stop); it must exit 0. Idempotent."""

@@ -255,7 +255,7 @@ class BlobServingSuite:
         expect_agreement(request, server, "deep-object")
         with authenticated(server.port) as client:
             client.sock.sendall(DEEP_OBJECT)
-            assert_error(client.read(), "bad_request")
+            assert_error(client.read(), "bad_request", "deeper than 32")
             assert client.closed_by_server(within=0.5)
 
     def test_an_oversized_answer_in_the_handshake_is_refused_unread(
@@ -315,6 +315,11 @@ class BlobServingSuite:
             while chunk := client.sock.recv(1 << 20):
                 got += chunk
         assert bytes(got) == data[:cut]
+        words = server.cut_short_words(key, cut, size)
+        deadline = time.monotonic() + 5
+        while words not in server.logged():  # the JVM's log reaches its file a moment later
+            assert time.monotonic() < deadline, f"no {words!r} in {server.logged()[-2000:]}"
+            time.sleep(0.05)
 
     def test_a_client_that_stops_reading_is_cut_after_the_network_timeout(
             self, servers: tuple[BlobServing, BlobServing]) -> None:
