@@ -124,7 +124,8 @@ RETRIES: ConfigType[int | None] = ConfigType("int or `infinite`", _parse_retries
 
 @dataclass(frozen=True)
 class ConfigKey(Generic[T]):
-    """One documented key. ``default_text`` is what README shows; ``minimum`` bounds numbers."""
+    """One documented key. ``default_text`` is what README shows; ``minimum`` and ``maximum``
+    bound numbers."""
 
     name: str
     type: ConfigType[T]
@@ -132,6 +133,7 @@ class ConfigKey(Generic[T]):
     doc: str
     choices: tuple[str, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
 
     def parse(self, raw: str) -> T:
         """Typed value of ``raw``; raises ConfigError naming this key, the value and the rule."""
@@ -144,6 +146,8 @@ class ConfigKey(Generic[T]):
                 f"{self.name}={raw!r} is not valid: expected one of {', '.join(self.choices)}")
         if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
             raise ConfigError(f"{self.name}={raw!r} is not valid: must be at least {self.minimum:g}")
+        if self.maximum is not None and isinstance(value, (int, float)) and value > self.maximum:
+            raise ConfigError(f"{self.name}={raw!r} is not valid: must be at most {self.maximum:g}")
         return value
 
     @property

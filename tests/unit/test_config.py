@@ -342,3 +342,16 @@ def test_default_dirs_are_used_when_empty() -> None:
     assert conf.storage_dir() == config.default_storage_dir()
     assert conf.storage_dir().startswith("file://")
     assert conf.local_dir() == config.default_local_dir()
+
+
+def test_a_pack_member_bound_above_what_the_jvm_reads_is_refused() -> None:
+    """The JVM refuses a packed member over 256 MiB: a larger max-member would let the packer
+    settle a pack Spark cannot read (found by tests/conformance)."""
+    from spark_steward.config import ConfigError
+    from spark_steward.streams.config_keys import STREAMS_PACK_MAX_MEMBER
+    from spark_steward.streams.packs import MAX_MEMBER_BYTES
+
+    assert STREAMS_PACK_MAX_MEMBER.maximum == MAX_MEMBER_BYTES
+    assert STREAMS_PACK_MAX_MEMBER.parse("256m") == MAX_MEMBER_BYTES
+    with pytest.raises(ConfigError, match="max-member='257m' is not valid: must be at most"):
+        STREAMS_PACK_MAX_MEMBER.parse("257m")

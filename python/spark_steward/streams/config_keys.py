@@ -61,7 +61,8 @@ STREAMS_PACK_MAX_AMPLIFICATION = ConfigKey(
 STREAMS_PACK_MAX_MEMBER = ConfigKey(
     "spark.steward.streams.pack.max-member", SIZE, "4m",
     "Files larger than this stay loose (they are few, and a packed file is read whole into "
-    "memory when opened).", minimum=0)
+    "memory when opened). At most `256m`: the JVM refuses a larger member, so a pack holding "
+    "one could not be read by Spark.", minimum=0, maximum=256 << 20)
 
 #: What the streaming checkpoint file managers act on where a session does not set its own
 #: switch (the shim's ``streams.StreamFiles``).
