@@ -11,21 +11,19 @@ tests use everywhere (``spark_steward.jar_path()``).
 from __future__ import annotations
 
 import base64
-import glob
-import hashlib
 import json
 import os
 import select
 import subprocess
 import tempfile
 import threading
-import zipfile
 from pathlib import Path
 from typing import IO, Any
 
 import spark_steward
 from spark_steward.kernel import shim_build
 from tests.conformance import java_names
+from tests.support.test_jars import compiled_jar
 
 SOURCES = Path(__file__).with_name("java")
 #: Quick-start options: these JVMs live for seconds and do little work.
@@ -51,27 +49,7 @@ def classpath(*extra: Path) -> str:
 
 def driver_jar() -> Path:
     """The helper's jar, compiled when its sources or Spark's jars changed."""
-    digest = hashlib.sha256()
-    sources = sorted(SOURCES.rglob("*.java"))
-    for path in sources:
-        digest.update(path.read_bytes())
-    jars = shim_build.find_spark_jars()
-    digest.update(str(jars).encode())
-    out = Path.home() / ".cache" / "spark-steward" / "test-jars" / digest.hexdigest()[:16] \
-        / "conformance-driver.jar"
-    if out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    compile_path = os.pathsep.join(sorted(glob.glob(str(jars / "*.jar"))))
-    with tempfile.TemporaryDirectory() as classes:
-        subprocess.run(["javac", "--release", "8", "-nowarn", "-cp", compile_path, "-d", classes,
-                        *map(str, sources)], check=True, capture_output=True, text=True)
-        tmp = out.with_suffix(f".tmp-{os.getpid()}")
-        with zipfile.ZipFile(tmp, "w") as jar:
-            for path in sorted(Path(classes).rglob("*.class")):
-                jar.write(path, path.relative_to(classes).as_posix())
-        os.replace(tmp, out)
-    return out
+    return compiled_jar(SOURCES, "conformance-driver.jar")
 
 
 def read_line(stream: IO[bytes], seconds: float, what: str) -> str:
