@@ -144,10 +144,11 @@ class FakeConf:
 def test_install_replaces_a_record_copied_from_another_context() -> None:
     conf = FakeConf({"spark.steward.enabled": "true", RESOLVED_KEY: "v=1&enabled=false",
                      "spark.steward.events.buffer-capacity": "9"})
-    handover.install(conf, enabled=True)
+    handover.install(conf)
     record = Handover.decode(conf.pairs[RESOLVED_KEY])
     assert record is not None and record.fields["events_buffer_capacity"] == 9
-    handover.install(conf, enabled=False)
+    conf.set("spark.steward.enabled", "false")
+    handover.install(conf)
     assert conf.pairs[RESOLVED_KEY] == OFF
 
 

@@ -54,7 +54,7 @@ def _enroll_before_start(proceed: Any, sc: Any, jconf: Any, *args: Any, **kwargs
         # The shim's JVMs act on what Python resolved here, never on the keys themselves.
         from spark_steward.kernel import handover
 
-        handover.install(jconf, enabled=_enabled(raw_enabled))
+        handover.install(jconf)
     if _enabled(raw_enabled) and _supported():
         from spark_steward.config import SHIM_JAR
         from spark_steward.kernel import jvm

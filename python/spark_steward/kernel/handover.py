@@ -121,15 +121,11 @@ def encode_pairs(pairs: Iterable[tuple[str, str]]) -> str:
     return resolve(StewardConf.from_pairs(pairs, warn_unknown=False)).encode()
 
 
-def install(jconf: Any, *, enabled: bool) -> str:
+def install(jconf: Any) -> str:
     """Writes the handover of ``jconf`` (a JVM SparkConf about to build a SparkContext) into it,
     replacing one copied from another context's conf. Returns the encoded record."""
-    if enabled:
-        pairs = [(str(t._1()), str(t._2())) for t in jconf.getAll()
-                 if str(t._1()).startswith("spark.steward.")]
-        encoded = encode_pairs(pairs)
-    else:
-        encoded = OFF
+    encoded = encode_pairs((str(t._1()), str(t._2())) for t in jconf.getAll()
+                           if str(t._1()).startswith("spark.steward."))
     jconf.set(RESOLVED_KEY, encoded)
     return encoded
 
