@@ -236,29 +236,17 @@ public final class Handover {
     return new String(bytes.toByteArray(), StandardCharsets.UTF_8);
   }
 
-  /** {@code [[key, value], ...]} as JSON. */
+  /** {@code [[key, value], ...]} as JSON, strings quoted as the events are. */
   static String json(List<String[]> pairs) {
     StringBuilder out = new StringBuilder("[");
     for (String[] pair : pairs) {
-      out.append(out.length() == 1 ? "[" : ",[").append(jsonString(pair[0])).append(',')
-          .append(jsonString(pair[1])).append(']');
+      out.append(out.length() == 1 ? "[" : ",[");
+      EventEncoder.quote(out, pair[0]);
+      out.append(',');
+      EventEncoder.quote(out, pair[1]);
+      out.append(']');
     }
     return out.append(']').toString();
-  }
-
-  private static String jsonString(String s) {
-    StringBuilder out = new StringBuilder("\"");
-    for (int i = 0; i < s.length(); i++) {
-      char c = s.charAt(i);
-      if (c == '"' || c == '\\') {
-        out.append('\\').append(c);
-      } else if (c < 0x20) {
-        out.append(String.format("\\u%04x", (int) c));
-      } else {
-        out.append(c);
-      }
-    }
-    return out.append('"').toString();
   }
 
   /**
