@@ -19,7 +19,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,18 +32,14 @@ from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.checkpoint.lifecycle import CheckpointKind, CheckpointState
 from spark_steward.checkpoint.data import DataFile, hadoop_url, read_dataframe
 from spark_steward.storage import Storage
-from tests.conftest import QUICK_JVM
 from tests.spark.conftest import spark_submit_path
-
-pytestmark = pytest.mark.spark
+from tests.support.class_cache import QUICK_JVM, ensure_archive
 
 SCRIPT = Path(__file__).parent / "scripts" / "checkpoint_crash.py"
 MASTER = "local[2]"
 #: Crash runs at once; spark-submit start-up is mostly waiting, so 2 cores take 2 well.
 PARALLEL = int(os.environ.get("STEWARD_CRASH_PARALLEL", "2"))
 RUN_TIMEOUT = 240.0
-#: --driver-java-options replaces the run's defaults (tests/conftest.py), so they are repeated.
-JAVA_OPTIONS = QUICK_JVM
 
 
 @dataclass(frozen=True)
@@ -100,8 +95,6 @@ _POINTS: list[tuple[str, int]] = [
 ATTACH_CASES = {("after:entry:ctx:pending", 1), ("after:artifact:s/1", 1), ("unlink:s/1", 3),
                 ("unlink:spark", 6)}
 CASES = [Case(point, k, "attach" if (point, k) in ATTACH_CASES else "gc") for point, k in _POINTS]
-#: Started first; its JVM, which runs the whole workload, leaves the CDS archive.
-ARCHIVE_FROM = "after:rm-data:ctx"
 
 
 # -- running the cases ------------------------------------------------------------------------
@@ -141,38 +134,25 @@ class Outcome:
 
 class Submitter:
     """spark-submit runs of the script with the steward conf (``spark-steward conf`` run once,
-    each case's storage and local dir put in).
+    each case's storage and local dir put in)."""
 
-    One run (the case that goes through the whole workload, started first) also dumps the
-    classes its JVM loaded into a CDS archive; later runs map it and take about a third less
-    CPU (a JVM that cannot use it ignores it)."""
-
-    def __init__(self, base: Path) -> None:
+    def __init__(self) -> None:
         out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "conf", "--storage",
                               "file:///STORAGE-PLACEHOLDER", "--local-dir", "/LOCAL-PLACEHOLDER"],
                              check=True, capture_output=True, text=True).stdout.split()
         assert any("STORAGE-PLACEHOLDER" in item for item in out)
         self.template = out
-        self.archive = base / "spark-classes.jsa"
-        self._dumping = False
-        self._lock = threading.Lock()
+        # --driver-java-options replaces the run's defaults (tests/support/class_cache.py),
+        # so they are repeated: quick-start options and the suite's class archive.
+        archive = ensure_archive()
+        self.java_options = QUICK_JVM + (f" -XX:SharedArchiveFile={archive}" if archive else "")
 
-    def _java_options(self, may_dump: bool) -> tuple[str, bool]:
-        with self._lock:
-            if self.archive.exists():
-                return f"{JAVA_OPTIONS} -XX:SharedArchiveFile={self.archive}", False
-            if self._dumping or not may_dump:
-                return JAVA_OPTIONS, False
-            self._dumping = True
-            return f"{JAVA_OPTIONS} -XX:ArchiveClassesAtExit={self.archive}.tmp", True
-
-    def run(self, root: Path, out: Path, *args: str, may_dump: bool = False
-            ) -> subprocess.CompletedProcess[str]:
+    def run(self, root: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
         flags = [item.replace("file:///STORAGE-PLACEHOLDER", (root / "storage").as_uri())
                      .replace("/LOCAL-PLACEHOLDER", str(root / "local"))
                  for item in self.template]
-        java_options, dumps = self._java_options(may_dump)
-        cmd = [spark_submit_path(), "--master", MASTER, "--driver-java-options", java_options,
+        cmd = [spark_submit_path(), "--master", MASTER,
+               "--driver-java-options", self.java_options,
                "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
                *flags, "--conf", "spark.steward.checkpoints.orphan-grace=0s",
                # the one-file-per-partition layout these probes and checks know (merged saves:
@@ -181,12 +161,7 @@ class Submitter:
                str(SCRIPT), str(out), str(root / "sparkcp"), *args]
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
                    PYSPARK_DRIVER_PYTHON=sys.executable)
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT,
-                                  env=env)
-        finally:
-            if dumps and Path(f"{self.archive}.tmp").exists():  # whole once the JVM is gone
-                os.replace(f"{self.archive}.tmp", self.archive)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env)
 
     def gc(self, root: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "spark_steward.cli", "gc", "--storage",
@@ -197,8 +172,7 @@ class Submitter:
 def _run_case(submitter: Submitter, case: Case, root: Path) -> Outcome:
     started = time.monotonic()
     root.mkdir(parents=True)
-    crash = submitter.run(root, root / "crash.jsonl", "crash", case.point, str(case.k),
-                          may_dump=case.point == ARCHIVE_FROM)
+    crash = submitter.run(root, root / "crash.jsonl", "crash", case.point, str(case.k))
     recovery = submitter.gc(root) if case.recovery == "gc" else \
         submitter.run(root, root / "attach.jsonl", "attach")
     return Outcome(case, root, crash, recovery, time.monotonic() - started)
@@ -208,13 +182,11 @@ class CrashRunner:
     """Runs every case in the background, PARALLEL at a time, in CASES order."""
 
     def __init__(self, base: Path) -> None:
-        self.submitter = submitter = Submitter(base)
+        submitter = Submitter()
         self._pool = ThreadPoolExecutor(max_workers=PARALLEL, thread_name_prefix="crash-case")
-        order = sorted(range(len(CASES)), key=lambda i: CASES[i].point != ARCHIVE_FROM)
         self.futures: dict[Case, Future[Outcome]] = {
-            CASES[i]: self._pool.submit(_run_case, submitter, CASES[i],
-                                        base / f"{i:02d}-{CASES[i].id}")
-            for i in order}
+            case: self._pool.submit(_run_case, submitter, case, base / f"{i:02d}-{case.id}")
+            for i, case in enumerate(CASES)}
         self.started = time.monotonic()
 
     def outcome(self, case: Case) -> Outcome:
@@ -223,7 +195,6 @@ class CrashRunner:
     def close(self) -> None:
         # -x or a failure: do not start what is left; running cases end within RUN_TIMEOUT.
         self._pool.shutdown(wait=True, cancel_futures=True)
-        self.submitter.archive.unlink(missing_ok=True)  # ~150 MB
 
 
 @pytest.fixture(scope="module")
