@@ -48,21 +48,55 @@ def _remove_new_executor_dirs(work: str | None, before: frozenset[str]) -> None:
 _SPARK_WORK = _spark_work_dir()
 atexit.register(_remove_new_executor_dirs, _SPARK_WORK, frozenset(
     os.listdir(_SPARK_WORK) if _SPARK_WORK and os.path.isdir(_SPARK_WORK) else ()))
-#: Every test JVM starts with the C1 compiler alone and one GC thread: short-lived drivers and
-#: executors take about half the CPU to start on 2 cores (the suite starts ~100 applications).
-#: A spark-defaults.conf of the run's own (also replacing a developer's SPARK_CONF_DIR) carries
-#: it to every spark-submit, pyspark gateway and executor; a test that sets its own options or
-#: SPARK_CONF_DIR replaces it.
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-_CONF_DIR = os.path.join(_WORK, "spark-conf")
-os.makedirs(_CONF_DIR)
-with open(os.path.join(_CONF_DIR, "spark-defaults.conf"), "w") as _defaults:
-    _defaults.write(f"spark.driver.extraJavaOptions {QUICK_JVM}\n"
-                    f"spark.executor.extraJavaOptions {QUICK_JVM}\n")
-os.environ["SPARK_CONF_DIR"] = _CONF_DIR
+# Every test JVM starts with the options of tests/support/class_cache.py: quick start and, once
+# dumped, a class-data-sharing archive; a developer's SPARK_CONF_DIR is replaced by an empty one.
+from tests.support.class_cache import QUICK_JVM, ensure_archive, install  # noqa: E402,F401
+
+install(os.environ)
 os.environ.pop("SPARK_REMOTE", None)
 os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
 TEST_ROOT = _WORK
+
+
+# -- pytest -n N: files whole, the cluster folder as one, longest first ---------------------------
+
+import pytest  # noqa: E402
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.support.schedule import make_scheduler
+
+    return make_scheduler(config, log)
+
+
+#: What a module calls to start an application of its own (tests/spark/conftest.py).
+_STARTS_APPLICATIONS = ("run_spark_submit", "BackgroundJob", "spark_submit_path")
+_CLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Markers by what a test needs: ``cluster`` for the multi-host folder, ``spark`` for a test
+    that uses the shared session or whose module starts applications (``-m "not spark"`` runs
+    the tier that starts no JVM of Spark's)."""
+    for item in items:
+        if str(item.path).startswith(_CLUSTER + os.sep):
+            item.add_marker(pytest.mark.cluster)
+        names = getattr(getattr(item, "module", None), "__dict__", {})
+        if "spark" in getattr(item, "fixturenames", ()) or any(n in names
+                                                               for n in _STARTS_APPLICATIONS):
+            item.add_marker(pytest.mark.spark)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Dumps the test JVMs' class archive before the first application of a run that has any
+    (once per machine; see tests/support/class_cache.py)."""
+    if any(item.get_closest_marker("spark") for item in session.items):
+        ensure_archive()
+        install(os.environ)
 
 
 # -- a real S3 API: moto's standalone server on loopback ------------------------------------------
@@ -73,8 +107,6 @@ import sys  # noqa: E402
 import time  # noqa: E402
 import urllib.request  # noqa: E402
 from typing import Iterator  # noqa: E402
-
-import pytest  # noqa: E402
 
 
 def _free_port() -> int:

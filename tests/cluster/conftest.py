@@ -1,7 +1,7 @@
 """The multi-host harness (``harness.py``) for tests: one session cluster of three worker hosts
 with S3, shared by every test of this folder that asks for ``cluster``.
 
-Every test here is marked ``cluster``. Where the harness cannot run (not root, no ``ip netns``,
+Every test here is marked ``cluster`` (tests/conftest.py). Where the harness cannot run (not root, no ``ip netns``,
 no Java...) the fixture skips with the one-line reason from :func:`harness.unavailable`.
 """
 
@@ -18,12 +18,6 @@ from tests.cluster.harness import Cluster, HarnessError, unavailable
 from tests.conftest import QUICK_JVM
 
 HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in Path(str(item.path)).parents:
-            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")
@@ -70,8 +64,8 @@ def steward_setup(cluster: Cluster, name: str, conf: dict[str, str] | None = Non
     flags = subprocess.run([sys.executable, "-m", "spark_steward.cli", "conf", *where,
                             "--local-dir", local_dir], check=True,
                            capture_output=True, text=True).stdout.split()
-    # The hosts' private /tmp hides the run's spark-defaults.conf (tests/conftest.py): the
-    # quick-start options go on the command line.
+    # The hosts get none of the run's SPARK_* variables (harness._env), so not the test JVMs'
+    # options (tests/support/class_cache.py): the quick-start ones go on the command line.
     for key, value in {"spark.steward.heartbeat.interval": "1s",
                        "spark.driver.extraJavaOptions": QUICK_JVM,
                        "spark.executor.extraJavaOptions": QUICK_JVM, **(conf or {})}.items():

@@ -23,8 +23,6 @@ import pytest
 
 from tests.cluster.harness import Cluster, HarnessError, HostProcess
 
-pytestmark = pytest.mark.cluster
-
 SCRIPT = Path(__file__).parent / "scripts" / "app_end.py"
 
 

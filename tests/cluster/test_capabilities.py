@@ -28,8 +28,6 @@ from tests.cluster.conftest import (SCRIPTS, StewardApp, host_files, pids_on, si
                                     steward_setup)
 from tests.cluster.harness import Cluster
 
-pytestmark = pytest.mark.cluster
-
 NAME = "capabilities"
 VICTIM = "w2"  # its executor JVM is SIGKILLed while the application pauses
 TRANSFERS = ("ha", "server", "linked", "peers", "streamed")

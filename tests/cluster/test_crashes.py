@@ -30,8 +30,6 @@ from tests.cluster.conftest import (StewardApp, host_files, sigkill_on, steward_
                                     wait_until)
 from tests.cluster.harness import Cluster
 
-pytestmark = pytest.mark.cluster
-
 HEARTBEAT_TIMEOUT = "5s"
 
 

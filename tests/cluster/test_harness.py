@@ -7,20 +7,17 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from tests.cluster.conftest import wait_until
 from tests.cluster.harness import (Cluster, HarnessError, Link, delay_unavailable, kept_paths,
                                    leftovers, unavailable)
-
-pytestmark = pytest.mark.cluster
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

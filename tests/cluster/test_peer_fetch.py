@@ -5,12 +5,8 @@ or have-file left (tests/cluster/scripts/peers.py)."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.cluster.conftest import StewardApp, steward_setup, wait_until
 from tests.cluster.harness import Cluster, Link
-
-pytestmark = pytest.mark.cluster
 
 SIZE_MIB = 64
 

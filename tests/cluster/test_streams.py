@@ -18,13 +18,9 @@ import sys
 import time
 from typing import Any
 
-import pytest
-
 from tests.cluster.conftest import StewardApp, sigkill_on, steward_setup, wait_until
 from tests.cluster.harness import Cluster
 from tests.spark.test_submit_stream_packs import ROWS, _expected, _inputs, _packs
-
-pytestmark = pytest.mark.cluster
 
 FILES = 36
 CONF = {"spark.steward.streams.pack.enabled": "true", "spark.steward.streams.pack.grace": "3s",

@@ -9,12 +9,8 @@ import os
 import signal
 from pathlib import Path
 
-import pytest
-
 from tests.spark.conftest import (LOCAL_DIR, SCRIPTS, BackgroundJob, run_spark_submit,
                                   steward_conf)
-
-pytestmark = pytest.mark.spark
 
 
 def test_dead_drivers_blobs_are_removed_and_live_ones_never_touched(tmp_path: Path) -> None:

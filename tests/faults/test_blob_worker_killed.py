@@ -10,13 +10,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import crc32c
-import pytest
 from pyspark import TaskContext
 
 import spark_steward
 from spark_steward.local.working_dir import WorkingDir
-
-pytestmark = pytest.mark.spark
 
 
 def test_worker_killed_mid_download_never_serves_a_partial_file(spark: Any,

@@ -9,16 +9,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit, steward_conf
 from tests.spark.test_submit_cache import ROWS, TRANSPARENT, expected_job, write_input
-
-pytestmark = pytest.mark.spark
 
 SCRIPT = Path(__file__).parent / "scripts" / "cache_crash.py"
 

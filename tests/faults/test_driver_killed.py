@@ -9,14 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.storage import Storage
 from tests.spark.conftest import SCRIPTS, BackgroundJob, steward_conf
-
-pytestmark = pytest.mark.spark
 
 
 def test_sigkilled_driver_is_seen_as_crashed(tmp_path: Path) -> None:

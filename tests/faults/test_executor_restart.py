@@ -17,14 +17,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import crc32c
-import pytest
 from pyspark import TaskContext
 
 import spark_steward
 from spark_steward.local.working_dir import WorkingDir
 from tests.spark.conftest import executor_pids, wait_for_executors
-
-pytestmark = pytest.mark.spark
 
 TRANSFERS = ("server", "ha", "linked", "peers", "streamed")
 

@@ -11,15 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from spark_steward.checkpoint import metadata as layout
 from spark_steward.checkpoint.metadata import CheckpointMetadata
 from spark_steward.checkpoint.lifecycle import CheckpointState
 from spark_steward.storage import Storage
 from tests.spark.conftest import spark_submit_path, steward_conf
-
-pytestmark = pytest.mark.spark
 
 SCRIPT = Path(__file__).parent / "scripts" / "merged_crash.py"
 

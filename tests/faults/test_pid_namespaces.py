@@ -28,8 +28,6 @@ from tests.spark.conftest import (
 )
 from tests.spark.test_submit_cache import TRANSPARENT, write_input
 
-pytestmark = pytest.mark.spark
-
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc"]
 
 

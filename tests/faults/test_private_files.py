@@ -23,8 +23,7 @@ import pytest
 
 from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit
 
-pytestmark = [pytest.mark.spark,
-              pytest.mark.skipif(os.geteuid() != 0, reason="acts as another user: needs root")]
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="acts as another user: needs root")
 
 PRIVATE_JOB = Path(__file__).parent / "scripts" / "private_job.py"
 PLAIN = SCRIPTS / "plain_job.py"

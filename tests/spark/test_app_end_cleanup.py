@@ -14,11 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
-
-pytestmark = pytest.mark.spark
 
 JOB = SCRIPTS / "app_end_job.py"
 KEYS = [f"p{i}" for i in range(8)]

@@ -18,8 +18,6 @@ from spark_steward.kernel.runtime import DriverRuntime
 
 from tests.spark.conftest import SCRIPTS
 
-pytestmark = pytest.mark.spark
-
 
 def _run(tmp_path: Path, mode: str) -> dict[str, Any]:
     out = tmp_path / "out.json"

@@ -22,8 +22,6 @@ import pytest
 
 from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
 
-pytestmark = pytest.mark.spark
-
 JOB = SCRIPTS / "bare_executors_job.py"
 NOT_INSTALLED = "spark-steward is not installed in the Python of this executor"
 

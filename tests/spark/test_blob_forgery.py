@@ -10,11 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
-import pytest
-
 from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
-
-pytestmark = pytest.mark.spark
 
 
 def test_ha_copies_forged_with_the_same_crc_never_reach_a_task(tmp_path: Path) -> None:

@@ -22,8 +22,6 @@ import spark_steward
 from spark_steward.blob.keys import BlobRef
 from spark_steward.blob.service import BlobService
 
-pytestmark = pytest.mark.spark
-
 
 @pytest.fixture(scope="module")
 def blobs(runtime: Any) -> Any:

@@ -10,8 +10,6 @@ import pytest
 
 import spark_steward
 
-pytestmark = pytest.mark.spark
-
 
 def _report(index: int, it: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
     from spark_steward.kernel import executor

@@ -29,8 +29,6 @@ from spark_steward.tables.cached_table import CachedTable
 from tests.spark.conftest import executor_pids, wait_for_executors
 from spark_steward.tables.service import TableService
 
-pytestmark = pytest.mark.spark
-
 IDLE = 30.0
 
 

@@ -34,8 +34,6 @@ from tests.spark.conftest import executor_pids, wait_for_executors
 from tests.spark.test_checkpoints import SCHEMA, _by_id, _row
 from spark_steward.checkpoint.service import CheckpointService
 
-pytestmark = pytest.mark.spark
-
 MERGING = "spark.steward.checkpoints.file-merging.enabled"
 ACROSS = "spark.steward.checkpoints.file-merging.across-checkpoint-boundary"
 BOUND = "spark.steward.checkpoints.file-merging.max-space-amplification"

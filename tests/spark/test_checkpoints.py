@@ -30,8 +30,6 @@ from spark_steward.checkpoint.spark_checkpoints import checkpoint_dir, checkpoin
 from tests.spark.conftest import SCRIPTS, STORAGE_DIR, run_spark_submit, steward_conf
 from spark_steward.checkpoint.service import CheckpointService
 
-pytestmark = pytest.mark.spark
-
 IDLE = 30.0
 
 

@@ -18,8 +18,6 @@ import pytest
 from tests.conftest import _free_port
 from tests.spark.conftest import SCRIPTS, run_spark_submit
 
-pytestmark = pytest.mark.spark
-
 JOB = SCRIPTS / "degraded_job.py"
 WARNING = "spark-steward is off for this application"
 

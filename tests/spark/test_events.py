@@ -10,8 +10,6 @@ import pytest
 
 from spark_steward.kernel.events import ExecutorAdded, JobEnd, JobStart, TaskEnd, TaskStart
 
-pytestmark = pytest.mark.spark
-
 
 def _job_events(events: list[Any], group: str) -> tuple[JobStart, list[Any]]:
     start = next(e for e in events if isinstance(e, JobStart) and e.job_group == group)

@@ -18,8 +18,6 @@ from spark_steward.config import ENABLED, RESOLVED_KEY
 from spark_steward.errors import ConfigError
 from spark_steward.kernel.handover import OFF, Handover, declared_values, encode_pairs
 
-pytestmark = pytest.mark.spark
-
 ON = [("spark.steward.enabled", "true")]
 #: One key varied at a time, each to a value away from its default.
 VARIED = [

@@ -17,8 +17,6 @@ import pytest
 from spark_steward.kernel.metrics import COUNTERS, GAUGES, NAMES
 from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
 
-pytestmark = pytest.mark.spark
-
 JOB = SCRIPTS / "observability_job.py"
 PLAIN = SCRIPTS / "plain_job.py"
 SOURCE = "plugin.io.sparksteward.shim.StewardPlugin"

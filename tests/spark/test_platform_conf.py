@@ -22,8 +22,6 @@ import pytest
 from spark_steward.kernel import shim_build
 from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
 
-pytestmark = pytest.mark.spark
-
 PLATFORM_SRC = Path(__file__).parent / "platform_plugin" / "src"
 PLATFORM_CLASS = "platform.stand.in.PlatformPlugin"
 JOB = SCRIPTS / "app_end_job.py"

@@ -9,8 +9,6 @@ import pytest
 import spark_steward
 from spark_steward.errors import ConfigError, DisabledForSession
 
-pytestmark = pytest.mark.spark
-
 
 def _context_seen_by_udf(session: Any) -> set[Any]:
     from pyspark.sql.functions import udf

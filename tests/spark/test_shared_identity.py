@@ -17,14 +17,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
 
 sys.path.insert(0, str(SCRIPTS))
 import identity_kinds  # noqa: E402
-
-pytestmark = pytest.mark.spark
 
 JOB = SCRIPTS / "shared_identity_job.py"
 

@@ -30,8 +30,6 @@ from spark_steward.checkpoint.spark_checkpoints import (
     to_url,
 )
 
-pytestmark = pytest.mark.spark
-
 
 def current_checkpoint_listener() -> Any:
     """The listener the hooks call now, if any."""

@@ -29,8 +29,6 @@ from spark_steward.streams.packs import Packs
 from tests.conformance import java_names
 from tests.conformance.vectors.stream_packs import PACKS_FOLDER, Layout
 
-pytestmark = pytest.mark.spark
-
 TOMBSTONE_WAIT = 3.0  # the flusher writes within ~0.5 s
 
 

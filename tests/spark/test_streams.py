@@ -25,8 +25,6 @@ from spark_steward.streams.service import StreamService
 from spark_steward.streams.store import StreamStore
 from tests.support.faulty_files import CLASS as FAULTY, DIR_KEY, deletes_asked
 
-pytestmark = pytest.mark.spark
-
 #: Retention small enough that Spark deletes within seconds: 2 batches kept, a snapshot every
 #: 2 deltas, state maintenance every 300 ms.
 RETAIN = {"spark.sql.streaming.minBatchesToRetain": "2",

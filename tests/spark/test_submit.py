@@ -1,5 +1,5 @@
 """(b) conf flags alone activate spark-steward for an unmodified script run by spark-submit;
-(e) a bad value fails at attach with one line naming key and value."""
+(e) a bad value fails at attach with one line naming key and value; an unknown one warns."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from spark_steward.applications import ApplicationRegistry
 from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.storage import Storage
 from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
-
-pytestmark = pytest.mark.spark
 
 PLAIN = SCRIPTS / "plain_job.py"
 
@@ -28,10 +26,13 @@ def test_script_never_imports_spark_steward() -> None:
 
 @pytest.mark.parametrize("stop", [True, False], ids=["spark.stop", "interpreter-exit"])
 def test_conf_flags_alone_attach_and_detach_cleanly(tmp_path: Path, stop: bool) -> None:
+    """Also (the spark.stop run): an unknown key warns with the closest known one and changes
+    nothing else."""
     storage = tmp_path / "storage"
     out = tmp_path / "out.json"
     args = [str(out)] + ([] if stop else ["--no-stop"])
-    result = run_spark_submit(PLAIN, steward_conf(storage), *args)
+    typo = ["spark.steward.heartbeat.intervall=5s"] if stop else []
+    result = run_spark_submit(PLAIN, steward_conf(storage, *typo), *args)
     assert result.returncode == 0, result.stderr[-3000:]
     job = json.loads(out.read_text())
     assert job["total"] == sum(x * x for x in range(100))
@@ -41,6 +42,9 @@ def test_conf_flags_alone_attach_and_detach_cleanly(tmp_path: Path, stop: bool) 
     assert record is not None, f"no application record for {job['app_id']}"
     assert record.app_name == "plain-job" and record.pid == job["pid"]
     assert registry.liveness(record) is Liveness.FINISHED
+    warning = ("unknown spark-steward key spark.steward.heartbeat.intervall; did you mean "
+               "spark.steward.heartbeat.interval?")
+    assert (warning in result.stdout + result.stderr) == stop
 
 
 def test_disabled_costs_nothing_and_writes_nothing(tmp_path: Path) -> None:
@@ -67,11 +71,3 @@ def test_bad_value_fails_at_attach_with_one_line(tmp_path: Path) -> None:
                          "or 1h")
     assert not (tmp_path / "out.json").exists()
 
-
-def test_unknown_key_warns_with_the_closest_known_key(tmp_path: Path) -> None:
-    result = run_spark_submit(
-        PLAIN, steward_conf(tmp_path / "storage", "spark.steward.heartbeat.intervall=5s"),
-        str(tmp_path / "out.json"))
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert ("unknown spark-steward key spark.steward.heartbeat.intervall; did you mean "
-            "spark.steward.heartbeat.interval?") in result.stdout + result.stderr

@@ -10,11 +10,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
-
-pytestmark = pytest.mark.spark
 
 TRANSPARENT = "spark.steward.cache.transparent=true"
 ROWS = 5000

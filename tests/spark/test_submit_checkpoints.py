@@ -11,11 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit, steward_conf
-
-pytestmark = pytest.mark.spark
 
 EXPECTED = {"eager": 3 * sum(range(20000)), "lazy": 10000, "rdd": sum(x * x for x in range(1000)),
             "rdd_checkpointed": True}

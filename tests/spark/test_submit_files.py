@@ -10,8 +10,6 @@ import pytest
 
 from tests.spark.conftest import LOCAL_DIR, SCRIPTS, run_spark_submit, steward_conf
 
-pytestmark = pytest.mark.spark
-
 
 def test_unmodified_add_file_script_runs_through_the_blob_service(tmp_path: Path) -> None:
     storage = tmp_path / "storage"

@@ -8,11 +8,8 @@ import json
 from pathlib import Path
 
 import boto3
-import pytest
 
 from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
-
-pytestmark = pytest.mark.spark
 
 
 def test_merged_checkpoints_on_s3_are_few_objects_and_cleaned(

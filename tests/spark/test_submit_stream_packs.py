@@ -16,15 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from spark_steward.streams.lifecycle.packs import PACK_NAME
 from spark_steward.storage import Storage
 from spark_steward.streams.packs import Packs
 from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit, steward_conf
 from tests.spark.test_streams import RETAIN
-
-pytestmark = pytest.mark.spark
 
 FILES, ROWS = 30, 40
 PACKING = ("spark.steward.streams.pack.enabled=true", "spark.steward.streams.pack.grace=3s",

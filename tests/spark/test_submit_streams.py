@@ -16,15 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from spark_steward.storage import Storage
 from spark_steward.streams.registry import StreamRegistry
 from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit, steward_conf
 from tests.spark.test_streams import RETAIN
 from tests.support.faulty_files import CLASS as FAULTY, DIR_KEY, deletes_asked, faulty_jar
-
-pytestmark = pytest.mark.spark
 
 
 def _cli(storage: Path, *args: str) -> Any:

@@ -15,8 +15,6 @@ import spark_steward
 from spark_steward.local.working_dir import WorkingDir
 from tests.spark.conftest import LOCAL_DIR, STORAGE_DIR
 
-pytestmark = pytest.mark.spark
-
 ROWS = 6000
 TOTAL = ROWS * (ROWS - 1) // 2
 
