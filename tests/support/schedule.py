@@ -70,13 +70,32 @@ def make_scheduler(config: Any, log: Any) -> Any:
             return unit_of(nodeid)
 
         def schedule(self) -> None:
-            if self.collection is None and self.collection_is_completed:
-                recorded = load_durations()
-                for node, ids in self.registered_collections.items():
-                    self.registered_collections[node] = longest_first(list(ids), recorded)
-            super().schedule()
+            # LoadScopeScheduling.schedule with the work queue in longest_first order. The
+            # workers' collections stay as they are: work is sent as indexes into them.
+            assert self.collection_is_completed
+            if self.collection is not None:
+                for node in self.nodes:
+                    self._reschedule(node)
+                return
+            if not self._check_nodes_have_same_collection():
+                self.log("**Different tests collected, aborting run**")
+                return
+            self.collection = list(next(iter(self.registered_collections.values())))
+            if not self.collection:
+                return
+            for nodeid in longest_first(self.collection, load_durations()):
+                self.workqueue.setdefault(unit_of(nodeid), {})[nodeid] = False
+            for _ in range(len(self.nodes) - len(self.workqueue)):
+                unused, _assigned = self.assigned_work.popitem()
+                unused.shutdown()
+            for node in self.nodes:
+                self._assign_work_unit(node)
+            for node in self.nodes:
+                self._reschedule(node)
+            if not self.workqueue:
+                for node in self.nodes:
+                    node.shutdown()
 
-    config.option.loadscopereorder = False  # keep the order made above
     return LongestFirstScheduling(config, log)
 
 

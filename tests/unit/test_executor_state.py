@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import pickletools
+from typing import Iterator
 
 import pytest
 
@@ -14,7 +15,11 @@ from spark_steward.kernel.executor import ExecutorContext, TaskScope
 
 
 @pytest.fixture(autouse=True)
-def fresh_state() -> None:
+def fresh_state() -> Iterator[None]:
+    """No task context before a test, and none left behind: a driver test later in the same
+    process (a pytest-xdist worker) would think it runs inside a task."""
+    executor._reset_after_fork()
+    yield
     executor._reset_after_fork()
 
 
