@@ -26,7 +26,8 @@ def test_context_reaches_both_executors_and_runtime_is_per_process(spark: Any,
     rows = sc.parallelize(range(16), 16).mapPartitionsWithIndex(_report).collect()
     assert sorted(r[0] for r in rows) == list(range(16))
     assert {r[3] for r in rows} == {runtime.app_id}
-    assert {r[2] for r in rows} == {"0", "1"}, "both executors must run tasks"
+    # (ids: 0 and 1 unless an earlier test of this session had an executor replaced)
+    assert len({r[2] for r in rows}) == 2, "both executors must run tasks"
     by_pid: dict[int, set[tuple[int, float]]] = {}
     for row in rows:
         by_pid.setdefault(row[1], set()).add((row[4], row[5]))

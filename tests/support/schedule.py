@@ -4,7 +4,8 @@ A file is the unit of work: its module fixtures (a crash matrix, a background st
 start their applications once, on one worker. The multi-host harness of ``tests/cluster`` is
 one per run (one set of namespaces, one address range), so that folder is a single unit. Units
 are handed out longest first (the longest-processing-time rule), from the durations recorded in
-``tests/durations.json``; a file missing there gets its folder's typical figure, so a new test
+``tests/durations.json``, after every unit of the folders whose tests want a process without a
+Spark session (WITHOUT_SESSION); a file missing there gets its folder's typical figure, so a new test
 is only scheduled less well, never lost. ``python -m tests.support.schedule JUNIT.xml`` rewrites
 the durations from a run's ``--junitxml`` report.
 """
@@ -24,6 +25,9 @@ FOLDER_DEFAULT = {"tests/unit": 2.0, "tests/conformance": 5.0, "tests/integratio
                   "tests/spark": 60.0, "tests/faults": 90.0, "tests/compat": 120.0,
                   "tests/cluster": 120.0}
 CLUSTER = "tests/cluster"
+#: Folders whose tests assume no Spark session in their process (no attached runtime, logging
+#: as pytest left it): handed out first, before any worker has started the shared session.
+WITHOUT_SESSION = ("tests/unit/", "tests/integration/", "tests/conformance/")
 
 
 def unit_of(nodeid: str) -> str:
@@ -52,13 +56,19 @@ def load_durations() -> dict[str, float]:
 
 def longest_first(nodeids: list[str], recorded: dict[str, float]) -> list[str]:
     """``nodeids`` grouped by unit, units by estimated seconds (longest first), each unit's
-    tests in their collected order."""
+    tests in their collected order; the folders of WITHOUT_SESSION before all others."""
     first_seen: dict[str, int] = {}
     for index, nodeid in enumerate(nodeids):
         first_seen.setdefault(unit_of(nodeid), index)
     cost = {unit: estimate(unit, recorded) for unit in first_seen}
     order = {nodeid: index for index, nodeid in enumerate(nodeids)}
-    return sorted(nodeids, key=lambda n: (-cost[unit_of(n)], first_seen[unit_of(n)], order[n]))
+
+    def key(nodeid: str) -> tuple[bool, float, int, int]:
+        unit = unit_of(nodeid)
+        return (not unit.startswith(WITHOUT_SESSION), -cost[unit], first_seen[unit],
+                order[nodeid])
+
+    return sorted(nodeids, key=key)
 
 
 def make_scheduler(config: Any, log: Any) -> Any:

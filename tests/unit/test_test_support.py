@@ -30,10 +30,11 @@ def test_units_go_longest_first_each_whole_in_its_collected_order() -> None:
     assert sorted(order) == sorted(IDS)
     units = [schedule.unit_of(n) for n in order]
     # cluster: 40 + 30 = 70; spark 50; an unrecorded unit file: its folder's 2 s
-    assert units == ["tests/cluster"] * 2 + ["tests/spark/test_b.py"] * 2 + [
-        "tests/unit/test_a.py"] * 2 + ["tests/unit/test_new.py", "tests/faults/test_e.py"]
-    assert order[:2] == ["tests/cluster/test_c.py::t1", "tests/cluster/test_d.py::t1"]
-    assert order[2:4] == ["tests/spark/test_b.py::t1", "tests/spark/test_b.py::t2"]
+    # the folders without a session first; then cluster: 40 + 30 = 70, spark 50, faults 1
+    assert units == ["tests/unit/test_a.py"] * 2 + ["tests/unit/test_new.py"] + [
+        "tests/cluster"] * 2 + ["tests/spark/test_b.py"] * 2 + ["tests/faults/test_e.py"]
+    assert order[3:5] == ["tests/cluster/test_c.py::t1", "tests/cluster/test_d.py::t1"]
+    assert order[5:7] == ["tests/spark/test_b.py::t1", "tests/spark/test_b.py::t2"]
 
 
 def test_without_recorded_durations_folders_decide() -> None:
@@ -41,8 +42,8 @@ def test_without_recorded_durations_folders_decide() -> None:
     for n in schedule.longest_first(IDS, {}):
         if schedule.unit_of(n) not in units:
             units.append(schedule.unit_of(n))
-    assert units == ["tests/cluster", "tests/faults/test_e.py", "tests/spark/test_b.py",
-                     "tests/unit/test_a.py", "tests/unit/test_new.py"]
+    assert units == ["tests/unit/test_a.py", "tests/unit/test_new.py", "tests/cluster",
+                     "tests/faults/test_e.py", "tests/spark/test_b.py"]
 
 
 def test_durations_come_per_file_from_a_junit_report(tmp_path: Path) -> None:
