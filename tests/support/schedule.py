@@ -5,9 +5,9 @@ start their applications once, on one worker. The multi-host harness of ``tests/
 one per run (one set of namespaces, one address range), so that folder is a single unit. Units
 are handed out longest first (the longest-processing-time rule), from the durations recorded in
 ``tests/durations.json``, after every unit of the folders whose tests want a process without a
-Spark session (WITHOUT_SESSION); a file missing there gets its folder's typical figure, so a new test
-is only scheduled less well, never lost. ``python -m tests.support.schedule JUNIT.xml`` rewrites
-the durations from a run's ``--junitxml`` report.
+Spark session (WITHOUT_SESSION). A file missing there gets its folder's typical figure, so a
+new test is only scheduled less well, never lost. ``python -m tests.support.schedule REPORT``
+rewrites the durations from a run's ``--junitxml`` report.
 """
 
 from __future__ import annotations
