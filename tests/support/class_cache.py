@@ -92,7 +92,7 @@ def install(env: "os._Environ[str] | dict[str, str]") -> None:
 
 
 def ensure_archive() -> Path | None:
-    """The archive, dumped first if this machine has none yet (about 30 s, once); None where
+    """The archive, dumped first if this machine has none yet (30-50 s, once); None where
     it cannot be made (no Java, a failed dump: the tests then run without it)."""
     archive = _archive()
     if not archive.is_file() and _java() is not None:
