@@ -16,6 +16,7 @@ import io
 import json
 import logging
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -257,11 +258,15 @@ def test_idle_sockets_from_many_addresses_do_not_lock_out_a_good_client(
                f"{stats}; most threads {most_threads[0]} (before {threads_before})")
     assert report["opened"] > 1000 and stats.connections_dropped > 500, summary
     assert good.wrong == 0, summary
-    assert good.served >= 10, summary
+    # At least a get a second. With two busy loops beside the test on this machine's 2 cores
+    # a get took ~1 s (the attacker fills the accept queue: SYNs wait for a retransmit) and
+    # 5-6 were served, before the thread bound as after it.
+    assert good.served >= 4, summary
     assert not good.lost, "gets failed after every retry: " + summary
     assert refused <= max(3, 0.05 * good.tries), summary
-    # Handshake and transfer threads, plus at most one more round of dropped handshakes still
-    # winding down (observed: 32-40 at most here).
+    # The server holds at most max_connections + 2 * max_unauthenticated connection threads
+    # (the next test shows the bound itself); 8 more for threads past their unregistering and
+    # the test's own.
     bound = 2 * bounds["max_unauthenticated"] + bounds["max_connections"] + 8
     assert most_threads[0] < threads_before + bound, summary
     # Slower than without the attack (~2 ms: it waits behind the attacker's connections in
@@ -271,6 +276,34 @@ def test_idle_sockets_from_many_addresses_do_not_lock_out_a_good_client(
     wait_for(lambda: srv.stats.connections_unauthenticated == 0, 5)
     wait_for(lambda: srv.stats.connections_open == 0, 5)
     assert fetch_once((host, port), ref.key) == OTHER
+
+
+def test_connection_threads_stay_bounded_when_dropped_ones_end_late(
+        depot: BlobDepot, serve: Serve, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dropped handshake's thread normally ends at once: its socket is shut down. On a
+    starved CPU those threads run late; here the shutdown does nothing at all, so each ends
+    only at its handshake deadline. 40 idle connections against 4 in the handshake and 2
+    authenticated: the server fills its 2 + 2 * 4 connection threads and holds no more (the
+    rest wait in the accept queue), and once the idle sockets go a good client is served."""
+    monkeypatch.setattr(server_module._Connection, "cut", lambda self: None)
+    ref = depot.put_bytes(OTHER)
+    srv, address = serve(depot, max_unauthenticated=4, max_unauthenticated_per_peer=4,
+                         max_connections=2, handshake_timeout=1.0)
+    idle = [socket.create_connection(address) for _ in range(40)]
+    most = 0
+    try:
+        wait_for(lambda: srv.stats.connections_dropped >= 6)  # the first round is in
+        sampled_until = time.monotonic() + 2.5  # two handshake deadlines: rounds end, refill
+        while time.monotonic() < sampled_until:
+            most = max(most, srv.stats.connections_open)
+            time.sleep(0.002)
+    finally:
+        for sock in idle:
+            sock.close()
+    assert most == 2 + 2 * 4, f"most connection threads {most}; server {srv.stats}"
+    assert srv.stats.connections_dropped >= 12, srv.stats  # and later rounds came in
+    assert fetch_once(address, ref.key, timeout=10.0) == OTHER
+    wait_for(lambda: srv.stats.connections_open == 0, 10)
 
 
 # -- 2. a thread that cannot start ------------------------------------------------------------

@@ -14,6 +14,12 @@ one. An attacker's idle sockets therefore only ever push out each other (or, at 
 client's handshake of a millisecond, which its retry repeats). A thread that cannot be started
 refuses that one connection; the acceptor keeps serving.
 
+Connection threads are bounded by construction, as the executors' peer server bounds them with a
+fixed pool: authenticated ones, the handshakes, and as many again that were dropped or refused
+and are still ending. Past that the acceptor waits for one to end and leaves new connections in
+the kernel's accept queue, so a starved CPU slows the attacker's churn instead of piling up
+threads.
+
 Error codes in replies: ``auth``, ``busy`` (after the handshake, when ``max_connections``
 authenticated connections are open), ``bad_request``, ``not_found``, ``failed`` (a StewardError
 from the callbacks), ``internal`` (a bug; the traceback stays in the driver log).
@@ -231,6 +237,8 @@ class BlobServer:
         self._max_pending, self._max_pending_per_peer = (max_unauthenticated,
                                                          max_unauthenticated_per_peer)
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # a connection thread ended
+        self._max_threads = max_connections + 2 * max_unauthenticated
         self._counts = {f.name: 0 for f in fields(BlobServerStats)}
         self._live: dict[_Connection, threading.Thread] = {}
         # In the handshake, oldest first; and how many of them each peer address holds.
@@ -271,6 +279,7 @@ class BlobServer:
             if self._closed:
                 return
             self._closed = True
+            self._room.notify_all()  # an acceptor waiting for room gives up
             listener, live = self._listener, dict(self._live)
             # shutdown, not close: the owning thread may sit in recv on this fd; shutdown
             # wakes it and it closes its own socket, so no fd is closed under a thread.
@@ -328,14 +337,16 @@ class BlobServer:
                                   daemon=True)
         dropped: list[_Connection] = []
         with self._lock:  # started under the lock: close() never sees an unstarted thread
-            if self._closed:
-                _quietly(sock.close)
-                return
             if self._pending_per_peer[conn.address] >= self._max_pending_per_peer:
                 dropped.append(self._drop_pending(
                     next(c for c in self._pending if c.address == conn.address)))
             if len(self._pending) >= self._max_pending:
                 dropped.append(self._drop_pending(next(iter(self._pending))))
+            while len(self._live) >= self._max_threads and not self._closed:
+                self._room.wait(_JOIN_SECONDS)  # dropped and refused threads are ending
+            if self._closed:
+                _quietly(sock.close)
+                return
             self._pending[conn] = None
             self._pending_per_peer[conn.address] += 1
             self._live[conn] = thread
@@ -408,6 +419,7 @@ class BlobServer:
                 self._unregister(conn)
                 if authenticated:
                     self._authenticated -= 1
+                self._room.notify()
             _quietly(conn.sock.close)
 
     def _handshake(self, conn: _Connection) -> bool:
