@@ -124,12 +124,22 @@ def spark_submit_path() -> str:
     return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
 
 
+#: Two executor JVMs on this host: what an application a test starts runs on by default.
+CLUSTER = "local-cluster[2,1,1024]"
+#: One executor JVM: for a test that needs an executor, not two (each costs ~3.3 CPU-s to start).
+ONE_EXECUTOR = "local-cluster[1,1,1024]"
+#: No executor JVM at all: for a test whose behaviour is the driver's alone (a start refused).
+NO_EXECUTOR = "local[2]"
+
+
 def run_spark_submit(script: Path, flags: list[str], *args: str, timeout: float = 240,
                      env: dict[str, str] | None = None, prefix: list[str] | tuple[str, ...] = (),
-                     spark_submit: str | None = None) -> subprocess.CompletedProcess[str]:
-    """spark-submit of ``script`` on local-cluster; ``prefix`` runs it under a wrapper command
-    (``unshare ...``, say); ``spark_submit`` is another Spark's (tests/compat)."""
-    cmd = [*prefix, spark_submit or spark_submit_path(), "--master", "local-cluster[2,1,1024]",
+                     spark_submit: str | None = None, master: str = CLUSTER
+                     ) -> subprocess.CompletedProcess[str]:
+    """spark-submit of ``script`` on ``master`` (local-cluster with two executors unless told);
+    ``prefix`` runs it under a wrapper command (``unshare ...``, say); ``spark_submit`` is
+    another Spark's (tests/compat)."""
+    cmd = [*prefix, spark_submit or spark_submit_path(), "--master", master,
            "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
            "--conf", "spark.executor.cores=1", *flags, str(script), *args]
     full_env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
@@ -142,11 +152,11 @@ class BackgroundJob:
     (until killed): :meth:`wait_for_output` returns what they wrote."""
 
     def __init__(self, script: Path, flags: list[str], out: Path, *args: str,
-                 timeout: float = 400) -> None:
+                 timeout: float = 400, master: str = CLUSTER) -> None:
         self.out = out
         self.result: list[subprocess.CompletedProcess[str]] = []
         self.thread = threading.Thread(target=lambda: self.result.append(
-            run_spark_submit(script, flags, str(out), *args, timeout=timeout)))
+            run_spark_submit(script, flags, str(out), *args, timeout=timeout, master=master)))
         self.thread.start()
 
     def wait_for_output(self, timeout: float = 180) -> dict[str, Any]:

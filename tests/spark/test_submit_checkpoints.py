@@ -1,6 +1,11 @@
 """An unmodified script using ``sc.setCheckpointDir`` + ``df.checkpoint()`` / ``rdd.checkpoint()``
 through spark-submit with the conf flags: same results, and nothing left behind after a normal
-stop, nor after a SIGKILL followed by ``spark-steward gc``."""
+stop, nor after a SIGKILL followed by ``spark-steward gc``.
+
+The normal stop and the control (Spark alone leaves its files) are checked in applications
+test_submit.py already runs (the plain job with ``--checkpoint-dir``, steward on and off):
+test_spark_checkpoints_of_an_unmodified_script_are_gone_after_stop and
+test_spark_checkpoints_without_spark_steward_stay there."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit, steward_conf
+from tests.spark.conftest import SCRIPTS, BackgroundJob, steward_conf
 
 EXPECTED = {"eager": 3 * sum(range(20000)), "lazy": 10000, "rdd": sum(x * x for x in range(1000)),
             "rdd_checkpointed": True}
@@ -23,27 +28,6 @@ def _files(root: Path) -> list[str]:
 
 def _entries(storage: Path) -> list[str]:
     return _files(storage / "checkpoints") if (storage / "checkpoints").exists() else []
-
-
-def test_spark_checkpoints_of_an_unmodified_script_are_gone_after_stop(tmp_path: Path) -> None:
-    storage, out, cpdir = tmp_path / "storage", tmp_path / "out.json", tmp_path / "cp"
-    result = run_spark_submit(SCRIPTS / "spark_checkpoint_job.py", steward_conf(storage),
-                              str(out), str(cpdir))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    job = json.loads(out.read_text())
-    assert {k: job[k] for k in EXPECTED} == EXPECTED
-    assert cpdir.is_dir() and _files(cpdir) == [], _files(cpdir)
-    assert list(cpdir.iterdir()) == []          # Spark's <uuid> folder went too
-    assert _entries(storage) == []
-
-
-def test_spark_checkpoints_without_spark_steward_stay(tmp_path: Path) -> None:
-    """The control: Spark alone leaves its checkpoint files behind (what the issue is about)."""
-    out, cpdir = tmp_path / "out.json", tmp_path / "cp"
-    result = run_spark_submit(SCRIPTS / "spark_checkpoint_job.py", [], str(out), str(cpdir))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert {k: json.loads(out.read_text())[k] for k in EXPECTED} == EXPECTED
-    assert len([f for f in _files(cpdir) if "/rdd-" in f and "part-" in f]) >= 3
 
 
 def test_spark_checkpoints_of_a_killed_driver_are_removed_by_gc(tmp_path: Path) -> None:
