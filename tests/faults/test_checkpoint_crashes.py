@@ -3,8 +3,12 @@ write job, between each cleanup step, while owning Spark's own checkpoints), the
 or run ``spark-steward gc``; afterwards no file is left that no entry owns, and every completed
 checkpoint that must survive restores with its rows.
 
+The points are the ones only a real driver has (the write jobs, Spark's own checkpoints, the
+stop that discards them, recovery by a second driver); every storage step of a series' saves
+and discards is killed in tests/unit/test_checkpoint_crash_model.py, with no Spark.
+
 Each case runs ``scripts/checkpoint_crash.py`` under spark-submit (``local[2]``: the driver is
-what is killed, and 20+ runs on 2 cores must stay short) against its own storage dir; the
+what is killed, and 18 runs on 2 cores must stay short) against its own storage dir; the
 script SIGKILLs itself at the K-th pass of a probe. Recovery is ``gc``, and for one case of
 each phase a second driver that attaches to the same storage (and restores through
 ``checkpoints("s")``).
@@ -28,11 +32,10 @@ from typing import Any, Iterator
 import pytest
 
 from spark_steward.checkpoint import metadata as layout
-from spark_steward.checkpoint.metadata import CheckpointMetadata
-from spark_steward.checkpoint.lifecycle import CheckpointKind, CheckpointState
 from spark_steward.checkpoint.data import DataFile, hadoop_url, read_dataframe
 from spark_steward.storage import Storage
 from tests.spark.conftest import spark_submit_path
+from tests.support.checkpoint_audit import owned_files
 from tests.support.class_cache import QUICK_JVM, ensure_archive
 
 SCRIPT = Path(__file__).parent / "scripts" / "checkpoint_crash.py"
@@ -62,32 +65,27 @@ _POINTS: list[tuple[str, int]] = [
     ("after:entry:rdd:pending", 1),        # df.checkpoint() written, its entry pending
     ("after:entry:rdd:completed", 1),      # ... and completed
     ("after:entry:rdd:pending", 2),        # rdd.checkpoint() marked, not written yet
-    # inside save 1
-    ("rename:entry:s/1:pending", 1),       # pending entry's temp file synced, not renamed
-    ("after:entry:s/1:pending", 1),        # pending entry durable, no data
-    ("job:s/1", 1),                        # inside the executors' write job
-    ("after:write-data:s/1", 1),           # every part file written, no artifact
-    ("rename:artifact:s/1", 1),            # artifact's temp file, not renamed
+    # inside save 1: the executors' write job, and the completed artifact (attach)
+    ("job:s/1", 1),
     ("after:artifact:s/1", 1),             # artifact durable, entry still pending
-    ("rename:entry:s/1:completed", 1),     # completed entry's temp file, not renamed
-    ("after:entry:s/1:completed", 1),      # completed, save not returned
-    ("after:entry:s/3:completed", 1),      # 3 completed, subsumption not started
-    # the discard of subsumed s/1 (mark → data → artifact → entry) while save 4 runs
-    ("rename:entry:s/1:marked-for-deletion", 1),
-    ("after:entry:s/1:marked-for-deletion", 1),
-    ("unlink:s/1", 3),                     # data folder half deleted
-    ("after:rm-data:s/1", 1),
-    ("after:rm-artifact:s/1", 1),
-    ("after:rm-entry:s/1", 1),
-    ("job:s/4", 1),                        # write job of save 4
-    ("after:entry:s/2:marked-for-deletion", 1),
-    ("after:rm-data:s/2", 1),
+    # the discard of subsumed s/1 while save 4 runs: half deleted (attach), and save 4's
+    # write job with the cleaner's threads at work
+    ("unlink:s/1", 3),
+    ("job:s/4", 1),
     # spark.stop(): Spark's own checkpoints discarded
     ("after:entry:ctx:marked-for-deletion", 1),
     ("unlink:spark", 6),                   # Spark's folders half deleted
     ("after:rm-data:rdd", 1),
     ("after:rm-data:ctx", 1),
 ]
+#: Every other storage step of series ``s`` (each entry, artifact and part file written, each
+#: rename, each delete of a discard) is killed in tests/unit/test_checkpoint_crash_model.py,
+#: without Spark, at every step rather than at a sample. These points were here before it:
+#: rename:entry:s/1:pending, after:entry:s/1:pending, after:write-data:s/1,
+#: rename:artifact:s/1, rename:entry:s/1:completed, after:entry:s/1:completed,
+#: after:entry:s/3:completed, rename:entry:s/1:marked-for-deletion,
+#: after:entry:s/1:marked-for-deletion, after:rm-data:s/1, after:rm-artifact:s/1,
+#: after:rm-entry:s/1, after:entry:s/2:marked-for-deletion, after:rm-data:s/2.
 #: Recovered by a second driver that attaches (and restores through ``checkpoints("s")``): one
 #: case per phase (Spark's own checkpoints, inside a save, a discard, the stop). Every other case
 #: is recovered by ``spark-steward gc``, which needs no JVM and runs the same failover
@@ -244,43 +242,6 @@ def survivors(probes: list[str]) -> Survivors:
         if maybe_completed and not marked:
             found.may.add(n)
     return found
-
-
-def owned_files(storage: Storage) -> tuple[list[str], dict[int, dict[str, Any]]]:
-    """Problems with the files under ``checkpoints/``, and the artifacts of the completed
-    checkpoints of series ``s`` by number. Every file must be a completed entry of ``s``, its
-    artifact, or a file its artifact lists in its data folder, with the listed size."""
-    meta = CheckpointMetadata(storage)
-    problems: list[str] = []
-    artifacts: dict[int, dict[str, Any]] = {}
-    files = {f.path: f.size for f in storage.walk_files(layout.ROOT)}
-    entries, corrupt = meta.load()
-    problems += [f"corrupt entry {p}" for p in corrupt]
-    owned: set[str] = set()
-    for entry in entries:
-        owned.add(layout.entry_path(entry.series, entry.number))
-        if entry.state is not CheckpointState.COMPLETED or entry.kind is not CheckpointKind.SERIES:
-            problems.append(f"entry {entry.id} is {entry.state.value} ({entry.kind.value}, "
-                            f"app {entry.app_id})")
-            continue
-        artifact_rel = layout.artifact_path(entry.series, entry.number)
-        if artifact_rel not in files:
-            problems.append(f"completed {entry.id} has no artifact")
-            continue
-        owned.add(artifact_rel)
-        artifact = meta.read_artifact(entry.series, entry.number)
-        listed = {f["name"]: f["bytes"] for f in artifact["files"]}
-        present = {path.rsplit("/", 1)[1]: size for path, size in files.items()
-                   if path.startswith(entry.data + "/")}
-        if present != listed:
-            problems.append(f"data of {entry.id}: {sorted(present.items())} on disk, "
-                            f"{sorted(listed.items())} listed")
-        owned |= {f"{entry.data}/{name}" for name in present if name in listed}
-        if entry.series == "s":
-            artifacts[entry.number] = artifact
-    problems += [f"unowned file {path} ({size} bytes)" for path, size in sorted(files.items())
-                 if path not in owned]
-    return problems, artifacts
 
 
 def files_below(folder: Path) -> list[str]:

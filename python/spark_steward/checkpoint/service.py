@@ -15,7 +15,7 @@ import logging
 import warnings
 from dataclasses import dataclass
 from collections import Counter
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from spark_steward.applications import CleanupBacklog
 from spark_steward.checkpoint import data
@@ -217,27 +217,14 @@ class CheckpointSeries:
     def _save_files(self, runtime: "DriverRuntime", store: CheckpointStore, df: "DataFrame"
                     ) -> int:
         """One checksummed file per partition (file merging off)."""
-        entry = store.begin(self.name)
-        try:
+        codec = session_value(df.sparkSession, CHECKPOINTS_COMPRESSION,
+                              runtime.conf.get(CHECKPOINTS_COMPRESSION))
+
+        def write(folder_url: str) -> list[data.DataFile]:
             # Through the module: the crash suite intercepts data.write_dataframe.
-            data_url = data.hadoop_url(store.storage.url_of(entry.data))
-            codec = session_value(df.sparkSession, CHECKPOINTS_COMPRESSION,
-                                  runtime.conf.get(CHECKPOINTS_COMPRESSION))
-            files = data.write_dataframe(df, data_url, codec)
-            store.require_visible(entry, {f"{entry.data}/{f.name}": f.bytes for f in files})
-            _remove_unlisted(store, entry, {f.name for f in files})
-            artifact = {
-                "format": ARTIFACT_FORMAT, "series": entry.series, "id": entry.number,
-                "app_id": entry.app_id, "schema": df.schema.json(),
-                "files": [f.__dict__ for f in files],
-            }
-            done = store.complete(entry, artifact, rows=sum(f.rows for f in files),
-                                  bytes_=sum(f.bytes for f in files), files=len(files),
-                                  retained=self.retained(runtime))
-        except BaseException as exc:
-            store.discard(entry, f"save failed: {type(exc).__name__}")
-            raise
-        return done.number
+            return data.write_dataframe(df, data.hadoop_url(folder_url), codec)
+
+        return save_files(store, self.name, write, df.schema.json(), self.retained(runtime))
 
     def latest(self, spark: "SparkSession | None" = None) -> "DataFrame":
         """The newest completed checkpoint as a DataFrame (also one an earlier application
@@ -316,6 +303,32 @@ class CheckpointSeries:
                                         f"{sizes[f.name]} bytes, recorded {f.bytes}")
         return data.read_dataframe(session, data.hadoop_url(store.storage.url_of(entry.data)),
                                    files, schema)
+
+
+def save_files(store: CheckpointStore, series: str,
+               write: Callable[[str], list[data.DataFile]], schema: str,
+               retained: int | None) -> int:
+    """A file-per-partition save, with no Spark in it: the pending entry, then ``write`` (given
+    the data folder's URL; the executors' job), then the artifact and the completed entry,
+    subsuming beyond ``retained``. Any failure discards the pending checkpoint and re-raises.
+    Apart from the Spark job so the crash model (tests/unit/test_checkpoint_crash_model.py)
+    runs this very sequence."""
+    entry = store.begin(series)
+    try:
+        files = write(store.storage.url_of(entry.data))
+        store.require_visible(entry, {f"{entry.data}/{f.name}": f.bytes for f in files})
+        _remove_unlisted(store, entry, {f.name for f in files})
+        artifact = {
+            "format": ARTIFACT_FORMAT, "series": entry.series, "id": entry.number,
+            "app_id": entry.app_id, "schema": schema, "files": [f.__dict__ for f in files],
+        }
+        done = store.complete(entry, artifact, rows=sum(f.rows for f in files),
+                              bytes_=sum(f.bytes for f in files), files=len(files),
+                              retained=retained)
+    except BaseException as exc:
+        store.discard(entry, f"save failed: {type(exc).__name__}")
+        raise
+    return done.number
 
 
 def _remove_unlisted(store: CheckpointStore, entry: CheckpointEntry, listed: set[str]) -> None:
