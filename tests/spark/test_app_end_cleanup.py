@@ -5,6 +5,12 @@ spark-submit; both executors share this host and its folder).
 The driver service's own removal of the folder on its host is switched off in these runs
 (``--driver-removal-off``), so a folder gone after ``spark.stop()`` was removed by the
 executors; the driver's log says which executor reported what.
+
+Two cases run in applications other files start: an application that ends in order is
+test_platform_conf's command-line run (test_executors_remove_their_hosts_folder_at_stop there:
+the same job, mode and flags, a platform's plugin beside), and spark-steward switched off is
+test_submit's disabled run (test_disabled_leaves_executor_hosts_alone there: a folder made by
+hand outlives ``spark.stop()``).
 """
 
 from __future__ import annotations
@@ -20,12 +26,8 @@ JOB = SCRIPTS / "app_end_job.py"
 KEYS = [f"p{i}" for i in range(8)]
 
 
-def run(tmp_path: Path, mode: str, *, enabled: bool = True) -> tuple[dict[str, Any], str]:
+def run(tmp_path: Path, mode: str) -> tuple[dict[str, Any], str]:
     flags = steward_conf(tmp_path / "storage", f"spark.steward.local.dir={tmp_path / 'local'}")
-    if not enabled:
-        flags = ["spark.steward.enabled=false" if f == "spark.steward.enabled=true" else f
-                 for f in flags]
-        assert "spark.steward.enabled=false" in flags
     out = tmp_path / "out.json"
     result = run_spark_submit(JOB, flags, str(out), mode, "--driver-removal-off")
     log = result.stdout + result.stderr
@@ -43,19 +45,6 @@ def end_summary(log: str, app_id: str) -> str:
 def reported(summary: str) -> dict[str, str]:
     """executor id -> what it reported about its host's folder."""
     return dict(re.findall(r"executor (\d+) on [^:]+: ([a-z]+)", summary))
-
-
-def test_executors_remove_their_hosts_folder_at_stop(tmp_path: Path) -> None:
-    job, log = run(tmp_path, "end")
-    assert job["put_on"] == ["0", "1"]
-    assert f"state/app-end/{KEYS[0]}" in " ".join(job["before"])
-    assert job["after_stop"] is None, "the folder outlived spark.stop()"
-    # Both executors asked and reported; one removed it, the other found it gone (or both
-    # removed parts of it at once).
-    outcomes = reported(end_summary(log, job["app_id"]))
-    assert set(outcomes) == {"0", "1"}, outcomes
-    assert set(outcomes.values()) <= {"removed", "absent"} and "removed" in outcomes.values()
-    assert job["stop_seconds"] < 10, "spark.stop() waited for an executor to its bound"
 
 
 def test_an_executor_stopped_mid_application_keeps_the_folder(tmp_path: Path) -> None:
@@ -83,11 +72,3 @@ def test_an_executor_killed_outright_keeps_the_folder_and_is_not_waited_for(tmp_
     outcomes = reported(end_summary(log, job["app_id"]))
     assert set(outcomes) == {"0", "2"}, outcomes
     assert "did not ask" not in log and job["stop_seconds"] < 10
-
-
-def test_disabled_leaves_executor_hosts_alone(tmp_path: Path) -> None:
-    job, log = run(tmp_path, "disabled", enabled=False)
-    assert job["total"] == sum(x * x for x in range(100))
-    # The folder (made by hand here) is not removed: the executor plugin did nothing.
-    assert job["after_stop"] == ["left-over", "left-over/f"]
-    assert "AppEndDriver" not in log and "removes the application's folder" not in log

@@ -1,13 +1,13 @@
-"""Run by spark-submit for tests/spark/test_app_end_cleanup.py: host-local state on every
-executor, then (by mode) an executor ended in the middle of the application, then
-``spark.stop()``. Writes what the application's host-local folder held at each step.
+"""Run by spark-submit for tests/spark/test_app_end_cleanup.py and test_platform_conf.py:
+host-local state on every executor, then (by mode) an executor ended in the middle of the
+application, then ``spark.stop()``. Writes what the application's host-local folder held at
+each step.
 
     app_end_job.py OUT MODE [--driver-removal-off]
 
 MODE: ``end`` (nothing ends early), ``kill`` (``SparkContext.killExecutor``: an orderly stop,
 the executor's plugin asks the driver), ``sigkill`` (SIGKILL of an executor JVM: no word from
-it; standalone starts a replacement), ``disabled`` (run with spark.steward.enabled=false: the
-folder is made by hand, as if left over). ``--driver-removal-off`` switches off the driver
+it; standalone starts a replacement). ``--driver-removal-off`` switches off the driver
 service's own removal of the folder, so only the executors can have removed it.
 """
 
@@ -78,15 +78,10 @@ def main():
     local_dir = Path(sc.getConf().get("spark.steward.local.dir"))
     folder = local_dir / app_id
     report = {"app_id": app_id, "folder": str(folder), "mode": mode}
-    wait_for(lambda: registered_executors(sc) == 2, what="two executors")
-
-    if mode == "disabled":
-        (folder / "left-over").mkdir(parents=True)
-        (folder / "left-over" / "f").write_text("x")
-        report["total"] = sc.parallelize(range(100), 4).map(lambda x: x * x).sum()
-    else:
-        report["put_on"] = sorted(set(sc.parallelize(range(8), 8)
-                                      .mapPartitionsWithIndex(put_state).collect()))
+    executors = int(sc.master.split("[")[1].split(",")[0])  # local-cluster[N,cores,memory]
+    wait_for(lambda: registered_executors(sc) == executors, what=f"{executors} executors")
+    report["put_on"] = sorted(set(sc.parallelize(range(8), 8)
+                                  .mapPartitionsWithIndex(put_state).collect()))
     report["before"] = listing(folder)
 
     if mode in ("kill", "sigkill"):
