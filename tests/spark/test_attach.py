@@ -1,5 +1,9 @@
 """Explicit attach: with the plugin, events from before attach are delivered; without it, the
-shim is loaded from the installed jar and events flow from attach on."""
+shim is loaded from the installed jar and events flow from attach on.
+
+The without-plugin application goes on to the failed attach (after its attach, a detach and an
+attach whose capability fails): one process for both tests.
+"""
 
 from __future__ import annotations
 
@@ -39,19 +43,25 @@ def test_events_before_attach_are_delivered_on_attach(tmp_path: Path) -> None:
     assert result["task_ends"] == 4 + 3
 
 
-def test_attach_without_plugin_loads_the_shim_from_the_jar(tmp_path: Path) -> None:
-    result = _run(tmp_path, "without-plugin")
+@pytest.fixture(scope="module")
+def without_plugin(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _run(tmp_path_factory.mktemp("without-plugin"), "without-plugin")
+
+
+def test_attach_without_plugin_loads_the_shim_from_the_jar(without_plugin: dict[str, Any]
+                                                           ) -> None:
+    result = without_plugin
     assert result["from_plugin"] is False
     assert result["enabled"] is True
     assert result["groups"] == ["after-attach"]
     assert result["task_ends"] == 3
 
 
-def test_a_failed_attach_leaves_spark_as_it_was(tmp_path: Path) -> None:
+def test_a_failed_attach_leaves_spark_as_it_was(without_plugin: dict[str, Any]) -> None:
     # Every patch is installed by an earlier attach; the failing one had started the blob
     # service (and its addFile hook) before a later capability failed: addFile and
     # SparkFiles.get must be Spark's own again, not a stopped blob service's.
-    result = _run(tmp_path, "failing-service")
+    result = without_plugin["failed_attach"]
     assert result["error"] == "boom: this capability cannot start"
     assert result["enabled"] is False
     assert result["content"] == "hello from addFile"

@@ -1,11 +1,12 @@
 """Starts Spark with or without the plugin, runs a job, attaches afterwards, runs another job.
 
-usage: late_attach.py OUT_FILE with-plugin|without-plugin|tiny-buffer|failing-service
+usage: late_attach.py OUT_FILE with-plugin|without-plugin|tiny-buffer
 Run with SPARK_STEWARD_AUTOLOAD=0 so nothing attaches until attach() is called.
 
-failing-service: attaches and detaches once (every pyspark patch installed), then attaches
-again with a capability whose start fails after the blob service started; reports the error
-and what ``sc.addFile`` + ``SparkFiles.get`` do afterwards.
+without-plugin then goes on to a failing attach: detaches (every pyspark patch was installed
+by the attach), then attaches again with a capability whose start fails after the blob service
+started; reports (as ``failed_attach``) the error and what ``sc.addFile`` + ``SparkFiles.get``
+do afterwards.
 """
 
 import json
@@ -37,13 +38,11 @@ class Boom(RuntimeService):
         raise RuntimeError("boom: this capability cannot start")
 
 
-def failing_service(out):
+def failing_attach(spark):
+    """After an attach and a detach: an attach that fails, then Spark's own addFile."""
     from pyspark import SparkFiles
 
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .getOrCreate())
     sc = spark.sparkContext
-    spark_steward.attach(spark)
     spark_steward.detach()
     register_service(Boom.name, Boom)
     error = None
@@ -57,18 +56,12 @@ def failing_service(out):
         f.write("hello from addFile")
     sc.addFile(path)
     read = sc.parallelize([0], 1).map(lambda _: open(SparkFiles.get("hello.txt")).read())
-    result = {"error": error, "enabled": spark_steward.is_enabled(spark),
-              "content": read.collect()[0], "driver_path": SparkFiles.get("hello.txt")}
-    spark.stop()
-    with open(out, "w") as f:
-        json.dump(result, f)
+    return {"error": error, "enabled": spark_steward.is_enabled(spark),
+            "content": read.collect()[0], "driver_path": SparkFiles.get("hello.txt")}
 
 
 if __name__ == "__main__":
     out, mode = sys.argv[1], sys.argv[2]
-    if mode == "failing-service":
-        failing_service(out)
-        sys.exit(0)
     register_service(Recorder.name, Recorder)
     builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
     if mode in ("with-plugin", "tiny-buffer"):
@@ -91,6 +84,8 @@ if __name__ == "__main__":
     result = {"groups": groups, "task_ends": task_ends, "from_plugin": runtime.bridge.from_plugin,
               "enabled": spark_steward.is_enabled(spark), "dropped": runtime.dispatcher.dropped,
               "gaps": runtime.dispatcher.gaps, "seqs": [e.seq for e in Recorder.events]}
+    if mode == "without-plugin":
+        result["failed_attach"] = failing_attach(spark)
     spark.stop()
     with open(out, "w") as f:
         json.dump(result, f)
