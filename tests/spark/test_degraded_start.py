@@ -5,6 +5,10 @@ nobody listens on, a path under a regular file), the application runs as plain S
 df.cache() and df.checkpoint() are Spark's own, one warning names the reason, and each explicit
 spark-steward call raises a StorageError that says so. A malformed spark.steward value still
 stops the start with one line, as Spark does for its own keys.
+
+Storage fails on the driver and the executors only learn that spark-steward is off: the
+applications have one executor (local-cluster[1,1,1024]). A malformed value is refused before
+any job: those have none (local[2]).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import _free_port
-from tests.spark.conftest import SCRIPTS, run_spark_submit
+from tests.spark.conftest import NO_EXECUTOR, ONE_EXECUTOR, SCRIPTS, run_spark_submit
 
 JOB = SCRIPTS / "degraded_job.py"
 WARNING = "spark-steward is off for this application"
@@ -43,7 +47,7 @@ def test_storage_failing_at_start_leaves_a_plain_spark_job(tmp_path: Path, stora
              *storage(tmp_path)]  # type: ignore[operator]
     out = tmp_path / "out.json"
     result = run_spark_submit(JOB, [a for f in flags for a in ("--conf", f)], str(out),
-                              str(work))
+                              str(work), master=ONE_EXECUTOR)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     job = json.loads(out.read_text())
@@ -74,7 +78,8 @@ def test_a_malformed_value_stops_the_start_with_one_line(tmp_path: Path, side: s
         flags += ["--conf", "spark.plugins=io.sparksteward.shim.StewardPlugin",
                   "--conf", f"spark.jars={spark_steward.jar_path()}"]
         env["SPARK_STEWARD_AUTOLOAD"] = "0"
-    result = run_spark_submit(JOB, flags, str(tmp_path / "out.json"), str(tmp_path), env=env)
+    result = run_spark_submit(JOB, flags, str(tmp_path / "out.json"), str(tmp_path), env=env,
+                              master=NO_EXECUTOR)
     assert result.returncode != 0
     wanted = "spark.steward.enabled='yes' is not valid: expected true or false"
     log = result.stdout + result.stderr
