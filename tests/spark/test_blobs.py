@@ -85,13 +85,19 @@ def test_many_tasks_racing_for_one_blob_download_it_once_per_host(spark: Any, ru
 
 def test_ha_copy_missing_falls_back_to_the_driver_server(spark: Any, runtime: Any,
                                                           blobs: Any) -> None:
+    """Also test_submit_files' case of Spark's network crypto off (this session's): the
+    executors fetch from the driver's server in the clear, no certificate pinned, and none
+    fails to authenticate."""
+    assert spark.sparkContext.getConf().get("spark.network.crypto.enabled", "false") == "false"
+    assert not runtime.context.server_cert
     data = os.urandom(3 << 20)
     ref = spark_steward.blobs.put(data)
     _ha_file(runtime, ref).unlink()
-    served = blobs.server.stats.blobs_served
+    served, failures = blobs.server.stats.blobs_served, blobs.server.stats.auth_failures
     rows = spark.sparkContext.parallelize(range(4), 4).mapPartitions(_fetch_report(ref)).collect()
     assert {(r[1], r[2]) for r in rows} == {(crc32c.crc32c(data), len(data))}
     assert blobs.server.stats.blobs_served == served + 1
+    assert blobs.server.stats.auth_failures == failures
 
 
 def test_server_gone_falls_back_to_the_ha_store(spark: Any, runtime: Any, blobs: Any) -> None:

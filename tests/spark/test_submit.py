@@ -3,10 +3,10 @@
 
 Two applications of the unmodified plain job carry the checks of several files, each a test of
 its own here: the one stopped with ``spark.stop()`` (an unknown key in its conf, log4j at WARN
-for spark-steward, Spark's own checkpoints: from test_observability and
-test_submit_checkpoints) and the one with spark-steward switched off (Spark's checkpoints as
-the control, a left-over host-local folder: from test_submit_checkpoints and
-test_app_end_cleanup).
+for spark-steward, Spark's own checkpoints, files shipped with addFile and addArchive: from
+test_observability, test_submit_checkpoints and test_submit_files) and the one with
+spark-steward switched off (Spark's checkpoints as the control, a left-over host-local folder:
+from test_submit_checkpoints and test_app_end_cleanup).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.storage import Storage
-from tests.spark.conftest import NO_EXECUTOR, SCRIPTS, run_spark_submit, steward_conf
+from tests.spark.conftest import LOCAL_DIR, NO_EXECUTOR, SCRIPTS, run_spark_submit, steward_conf
 from tests.spark.test_observability import SPARK_LINE, log4j_properties, log_flags
 from tests.spark.test_submit_checkpoints import EXPECTED, _entries, _files
 
@@ -67,11 +67,12 @@ def _plain(tmp: Path, flags: list[str], *args: str) -> Run:
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """Conf flags alone, an unknown key among them, log4j at WARN for spark-steward, Spark's own
-    checkpoints; ``spark.stop()`` at the end."""
+    checkpoints, files shipped with Spark's API; ``spark.stop()`` at the end."""
     tmp = tmp_path_factory.mktemp("stopped")
+    (tmp / "work").mkdir()
     flags = steward_conf(tmp / "storage", TYPO) \
         + log_flags(log4j_properties(tmp / "warn.properties", "warn"))
-    return _plain(tmp, flags, "--checkpoint-dir", str(tmp / "cp"))
+    return _plain(tmp, flags, "--checkpoint-dir", str(tmp / "cp"), "--files", str(tmp / "work"))
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +121,23 @@ def test_spark_checkpoints_of_an_unmodified_script_are_gone_after_stop(stopped: 
     assert cpdir.is_dir() and _files(cpdir) == [], _files(cpdir)
     assert list(cpdir.iterdir()) == []          # Spark's <uuid> folder went too
     assert _entries(stopped.storage) == []
+
+
+def test_unmodified_add_file_script_runs_through_the_blob_service(stopped: Run) -> None:
+    """(From test_submit_files.) addFile / addArchive / SparkFiles with the conf flags alone:
+    same results, served by the blob service, and nothing of the application left after
+    ``spark.stop()``."""
+    job, storage = stopped.job, stopped.storage
+    app_id = job["app_id"]
+    assert {tuple(r[1:]) for r in job["files"]} == {("hello\n", "1,2\n")}
+    # Served from the application's folder by spark-steward, under Spark's own file name.
+    for path, _, _ in job["files"]:
+        assert path.startswith(str(LOCAL_DIR / app_id / "files")), path
+        assert Path(path).name == "vocab.txt"
+    # After spark.stop(): nothing of the application locally or in the HA storage.
+    assert not (LOCAL_DIR / app_id).exists()
+    assert not (storage / "apps" / app_id / "blobs").exists()
+    assert sorted(p.name for p in (storage / "apps").iterdir()) in ([], [app_id])
 
 
 def test_log4j_at_warn_keeps_steward_info_records_out(stopped: Run) -> None:
