@@ -1,5 +1,8 @@
 """(d) The executor context reaches tasks on both executors; the runtime starts once per
-Python worker process; task scopes close however a task ends."""
+Python worker process; task scopes close however a task ends.
+
+With Python worker reuse off, a runtime in every worker: checked in test_observability's
+application (test_worker_reuse_off_starts_a_runtime_in_every_worker there)."""
 
 from __future__ import annotations
 
@@ -89,23 +92,3 @@ def test_explicit_bootstrap_starts_the_runtime(spark: Any, runtime: Any) -> None
 
     rows = spark_steward.bootstrap(df).mapPartitions(created).collect()
     assert rows and all(app == runtime.app_id and started for app, started in rows)
-
-
-def test_worker_reuse_off_starts_a_runtime_in_every_worker(tmp_path: Any) -> None:
-    from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
-
-    result = run_spark_submit(SCRIPTS / "report_executors.py",
-                              steward_conf(tmp_path / "storage",
-                                           "spark.python.worker.reuse=false"),
-                              str(tmp_path / "out.json"))
-    assert result.returncode == 0, result.stderr[-3000:]
-    import json
-
-    report = json.loads((tmp_path / "out.json").read_text())
-    rows = report["rows"]
-    assert sorted(r["partition"] for r in rows) == list(range(12))
-    assert {r["app_id"] for r in rows} == {report["app_id"]}
-    assert {r["executor_dir"] for r in rows} == {"0", "1"}
-    # No reuse: a fresh worker per task, each with a runtime created in it.
-    assert len({r["pid"] for r in rows}) == 12
-    assert all(r["runtime_pid"] == r["pid"] for r in rows)

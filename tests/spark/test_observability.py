@@ -1,6 +1,13 @@
 """spark-steward where Spark users look (issue 22, point 4), through real spark-submit runs: its
 metrics in a configured Spark metrics sink (CSV), its Python log records in the driver's log4j
-output in Spark's layout at log4j's level, its cleanup in `spark-steward status`."""
+output in Spark's layout at log4j's level, its cleanup in `spark-steward status`.
+
+log4j at WARN keeping those records out is checked in the plain job's application
+test_submit.py already runs (test_log4j_at_warn_keeps_steward_info_records_out there), with
+this file's log4j configuration.
+
+The run has Python worker reuse off, and carries test_bootstrap's check that every worker then
+starts a runtime of its own (test_worker_reuse_off_starts_a_runtime_in_every_worker here)."""
 
 from __future__ import annotations
 
@@ -18,7 +25,6 @@ from spark_steward.kernel.metrics import COUNTERS, GAUGES, NAMES
 from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
 
 JOB = SCRIPTS / "observability_job.py"
-PLAIN = SCRIPTS / "plain_job.py"
 SOURCE = "plugin.io.sparksteward.shim.StewardPlugin"
 #: Spark's default log4j2 layout (conf/log4j2.properties.template).
 SPARK_PATTERN = "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"
@@ -67,12 +73,13 @@ def read_metric(directory: Path, app_id: str, name: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One run with a CSV sink and log4j at INFO for spark_steward."""
+    """One run with a CSV sink, log4j at INFO for spark_steward and Python worker reuse off."""
     tmp = tmp_path_factory.mktemp("observed")
     metrics_dir = tmp / "metrics"
     metrics_dir.mkdir()
     storage = tmp / "storage"
-    flags = steward_conf(storage, "spark.steward.heartbeat.interval=300ms") \
+    flags = steward_conf(storage, "spark.steward.heartbeat.interval=300ms",
+                         "spark.python.worker.reuse=false") \
         + csv_sink_flags(metrics_dir) + log_flags(log4j_properties(tmp / "info.properties",
                                                                    "info"))
     result = run_spark_submit(JOB, flags, str(tmp / "out.json"), "--linger", "3")
@@ -147,11 +154,14 @@ def test_status_shows_the_finished_application_without_backlog(observed: dict[st
     assert app["cleanup"] is not None and app["cleanup"]["given_up"] == []
 
 
-def test_log4j_at_warn_keeps_steward_info_records_out(tmp_path: Path) -> None:
-    flags = steward_conf(tmp_path / "storage") \
-        + log_flags(log4j_properties(tmp_path / "warn.properties", "warn"))
-    result = run_spark_submit(PLAIN, flags, str(tmp_path / "out.json"))
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "attached to" not in result.stderr and "detached from" not in result.stderr
-    assert not [line for line in result.stderr.splitlines()
-                if SPARK_LINE.match(line) and " INFO " in line], result.stderr[-4000:]
+def test_worker_reuse_off_starts_a_runtime_in_every_worker(observed: dict[str, Any]) -> None:
+    """(From test_bootstrap.) With ``spark.python.worker.reuse=false`` every task has a fresh
+    worker, each with a runtime created in it, on both executors."""
+    job = observed["job"]
+    rows = job["workers"]
+    assert sorted(r["partition"] for r in rows) == list(range(12))
+    assert {r["app_id"] for r in rows} == {job["app_id"]}
+    assert {r["executor_dir"] for r in rows} == {"0", "1"}
+    # No reuse: a fresh worker per task, each with a runtime created in it.
+    assert len({r["pid"] for r in rows}) == 12
+    assert all(r["runtime_pid"] == r["pid"] for r in rows)
