@@ -6,6 +6,14 @@ the default ``spark.steward.local.dir`` lives).
 An executor stopped in the middle of the application leaves its host's folder (the host keeps
 working with it and it goes at the end, when the host runs an executor again); a host
 unreachable at the end keeps it until the next application starts there (or ``gc``).
+
+Two applications, in this order (the :func:`runs` fixture): one whose host w3 loses power
+before ``spark.stop()`` (``plain``), then, once w3 is back, one whose w1 executor is stopped
+mid-application (``kill``). The second is also the first's "next application" on w3: its tasks
+store values on every host, so its w3 executor must sweep the first one's folder there. Its w2
+and w3 hosts keep the executor that stored their values to the end, as in an application where
+nothing happens, so it also shows that every worker host's folder (and the driver's) is gone
+when ``spark.stop()`` returns and that the end summary names every executor.
 """
 
 from __future__ import annotations
@@ -22,8 +30,11 @@ from typing import Any, Iterator
 import pytest
 
 from tests.cluster.harness import Cluster, HarnessError, HostProcess
+from tests.conftest import QUICK_JVM
 
 SCRIPT = Path(__file__).parent / "scripts" / "app_end.py"
+LOST = "w3"    # loses power before the first application's spark.stop()
+VICTIM = "w1"  # its executor is stopped in the middle of the second application
 
 
 class App:
@@ -38,6 +49,10 @@ class App:
         # The scheduler's target: killExecutor lowers it by one and requestExecutors(1) raises
         # it back, so the victim host gets a new executor (left unset it would be 2).
         flags += ["--conf", "spark.executor.instances=3"]
+        # The hosts get none of the run's SPARK_* variables: the quick-start JVM options go on
+        # the command line (as tests/cluster/conftest.py's steward_setup does).
+        flags += ["--conf", f"spark.driver.extraJavaOptions={QUICK_JVM}",
+                  "--conf", f"spark.executor.extraJavaOptions={QUICK_JVM}"]
         self.out = open(self.control / "stdout", "w")
         self.err = open(self.control / "stderr", "w")
         self.proc: HostProcess = cluster.submit_background(
@@ -75,19 +90,6 @@ class App:
         self.err.close()
 
 
-@pytest.fixture
-def storage(cluster: Cluster) -> Path:
-    return cluster.shared / f"app-end-{uuid.uuid4().hex[:8]}" / "storage"
-
-
-@pytest.fixture
-def apps() -> Iterator[list[App]]:
-    started: list[App] = []
-    yield started
-    for app in started:
-        app.close()
-
-
 def folder_on(cluster: Cluster, host: str, facts: dict[str, Any]) -> Path:
     local_dir = facts["local_dir"]
     assert local_dir.startswith("/tmp/"), f"expected the default local dir, got {local_dir}"
@@ -113,98 +115,139 @@ def end_summary(log: str, app_id: str) -> dict[str, str]:
     return dict(re.findall(r"executor (\d+) on [^:]+: ([a-z ]+?)(?:;|$| within)", lines[0]))
 
 
-def test_every_worker_hosts_folder_is_gone_when_spark_stop_returns(
-        cluster: Cluster, storage: Path, apps: list[App]) -> None:
-    app = App(cluster, storage, "plain")
-    apps.append(app)
-    ready = app.phase("ready")
-    hosts = {cluster.hostname(w): w for w in cluster.workers}
-    assert set(ready["executors"]) == set(hosts), ready
-    folders = {w: folder_on(cluster, w, ready) for w in cluster.workers}
-    for w, folder in folders.items():
-        assert stored_keys(folder), f"no values stored on {w}"
-    app.go("ready")
-    stopped = app.phase("stopped")
-    # Paused right after spark.stop() returned: every worker host is clean, and the driver's.
-    left = {w: listing(f) for w, f in folders.items() if f.exists()}
-    assert not left, f"folders left on worker hosts after spark.stop(): {left}"
-    assert not folder_on(cluster, "driver", ready).exists()
-    assert stopped["stop_seconds"] < 10, "spark.stop() waited for an executor to its bound"
-    app.go("stopped")
-    log = app.finish()
-    reported = end_summary(log, ready["app_id"])
-    assert sorted(reported.values()) == ["removed"] * 3, reported
+class Lost:
+    """The first application (w3 lost before its stop): its phases, what the hosts held right
+    after ``spark.stop()`` returned, and ``gc --dry-run`` on w3 once back."""
+
+    def __init__(self, ready: dict[str, Any], stopped: dict[str, Any], folders: dict[str, Path],
+                 left: dict[str, bool], lost_keys: set[str], gc: subprocess.CompletedProcess[str],
+                 kept_for_gc: bool) -> None:
+        self.ready, self.stopped, self.folders = ready, stopped, folders
+        self.left = left                # worker host -> its folder existed after stop
+        self.lost_keys = lost_keys      # values left in the lost host's folder
+        self.gc = gc
+        self.kept_for_gc = kept_for_gc  # the lost host's folder still there after the dry run
+
+
+class Killed:
+    """The second application (w1's executor stopped mid-application): its phases, its log and
+    what the hosts held at each pause."""
+
+    def __init__(self) -> None:
+        self.ready: dict[str, Any] = {}
+        self.keys: dict[str, set[str]] = {}       # worker host -> stored keys at ``ready``
+        self.before: list[str] = []               # the victim's folder at ``ready``
+        self.killed: dict[str, Any] = {}
+        self.log_killed = ""                      # the job's log at ``killed``
+        self.after_kill: list[str] = []           # the victim's folder at ``killed``
+        self.stopped: dict[str, Any] = {}
+        self.left: dict[str, list[str]] = {}      # worker host -> its folder after stop, if any
+        self.driver_left = True                   # the driver host's folder after stop
+        self.swept_lost = False                   # the first application's w3 folder gone
+        self.log = ""
+
+
+class Runs:
+    def __init__(self, cluster: Cluster, lost: Lost, killed: Killed) -> None:
+        self.cluster, self.lost, self.killed = cluster, lost, killed
+
+
+@pytest.fixture(scope="module")
+def runs(cluster: Cluster) -> Iterator[Runs]:
+    # One storage dir for both: the second application is the first one's next on w3.
+    storage = cluster.shared / f"app-end-{uuid.uuid4().hex[:8]}" / "storage"
+    first = App(cluster, storage, "plain")
+    try:
+        ready = first.phase("ready")
+        folders = {w: folder_on(cluster, w, ready) for w in cluster.workers}
+        cluster.kill_host(LOST)  # a machine losing power: its disk (private /tmp) stays
+        first.go("ready")
+        stopped = first.phase("stopped")
+        left = {w: f.exists() for w, f in folders.items()}
+        lost_keys = stored_keys(folders[LOST])
+        first.go("stopped")
+        first.finish()
+    finally:
+        first.close()
+        # The other tests expect three workers.
+        try:
+            cluster.holder_pid(LOST)
+        except HarnessError:
+            cluster.restart_worker(LOST)
+    # The host is back: gc there would remove the folder (its application finished).
+    gc = cluster.run(LOST, [sys.executable, "-m", "spark_steward.cli", "gc", "--storage",
+                            storage.as_uri(), "--local-dir", ready["local_dir"], "--dry-run",
+                            "--json"], timeout=120)
+    lost = Lost(ready, stopped, folders, left, lost_keys, gc, folders[LOST].exists())
+
+    k = Killed()
+    second = App(cluster, storage, "kill", cluster.hostname(VICTIM))
+    try:
+        k.ready = second.phase("ready")
+        k.keys = {w: stored_keys(folder_on(cluster, w, k.ready)) for w in cluster.workers}
+        k.before = listing(folder_on(cluster, VICTIM, k.ready))
+        second.go("ready")
+        k.killed = second.phase("killed")
+        k.log_killed = second.log()
+        k.after_kill = listing(folder_on(cluster, VICTIM, k.ready))
+        second.go("killed")
+        k.stopped = second.phase("stopped")
+        # Paused right after spark.stop() returned.
+        k.left = {w: listing(f) for w in cluster.workers
+                  if (f := folder_on(cluster, w, k.ready)).exists()}
+        k.driver_left = folder_on(cluster, "driver", k.ready).exists()
+        k.swept_lost = not folders[LOST].exists()
+        second.go("stopped")
+        k.log = second.finish()
+    finally:
+        second.close()
+    yield Runs(cluster, lost, k)
 
 
 def test_a_host_whose_executor_stopped_mid_application_keeps_working_and_is_cleaned_at_the_end(
-        cluster: Cluster, storage: Path, apps: list[App]) -> None:
-    victim = "w1"
-    app = App(cluster, storage, "kill", cluster.hostname(victim))
-    apps.append(app)
-    ready = app.phase("ready")
-    folder = folder_on(cluster, victim, ready)
-    before = listing(folder)
-    held = sorted(stored_keys(folder))  # values are per host: those of tasks that ran there
-    assert held
-    app.go("ready")
-    killed = app.phase("killed")
-    assert killed["kill_acknowledged"]
+        runs: Runs) -> None:
+    cluster, k = runs.cluster, runs.killed
+    victim = cluster.hostname(VICTIM)
+    ready = k.ready
+    assert set(ready["executors"]) == {cluster.hostname(w) for w in cluster.workers}, ready
+    for w, keys in k.keys.items():
+        assert keys, f"no values stored on {w}"
+    held = sorted(k.keys[VICTIM])  # values are per host: those of tasks that ran there
+    assert k.killed["kill_acknowledged"]
     # The executor asked on its way out and heard that the application runs: it left the folder.
-    assert f"spark-steward: executor {ready['executors'][cluster.hostname(victim)]} ends while " \
-           "the application runs" in app.log()
-    assert listing(folder) == before
-    app.go("killed")
-    stopped = app.phase("stopped")
+    assert f"spark-steward: executor {ready['executors'][victim]} ends while " \
+           "the application runs" in k.log_killed
+    assert k.after_kill == k.before
     # A new executor on the victim host read every value the old one left on the host.
+    stopped = k.stopped
     after = stopped["executors_after"]
-    assert after[cluster.hostname(victim)] != ready["executors"][cluster.hostname(victim)]
-    victim_rows = [r for r in stopped["read"] if r["host"] == cluster.hostname(victim)]
+    assert after[victim] != ready["executors"][victim]
+    victim_rows = [r for r in stopped["read"] if r["host"] == victim]
     assert victim_rows and all(r["keys"] == held for r in victim_rows), (held, victim_rows)
-    for w in cluster.workers:
-        assert not folder_on(cluster, w, ready).exists(), f"{w} kept the folder"
-    app.go("stopped")
-    reported = end_summary(app.finish(), ready["app_id"])
+    # Right after spark.stop() returned: every worker host is clean (the victim's by its new
+    # executor, the others' by the executors that stored there), and the driver's; the stop
+    # did not wait for an executor to its bound.
+    assert not k.left, f"folders left on worker hosts after spark.stop(): {k.left}"
+    assert not k.driver_left
+    assert stopped["stop_seconds"] < 10, "spark.stop() waited for an executor to its bound"
+    # The end summary reports each executor of the end (not the stopped one) as removed.
+    reported = end_summary(k.log, ready["app_id"])
     assert sorted(reported) == sorted(after.values()), reported
+    assert sorted(reported.values()) == ["removed"] * 3, reported
 
 
 def test_a_host_unreachable_at_stop_keeps_the_folder_until_the_next_application_there(
-        cluster: Cluster, storage: Path, apps: list[App]) -> None:
-    lost = "w3"
-    app = App(cluster, storage, "plain")
-    apps.append(app)
-    try:
-        ready = app.phase("ready")
-        folders = {w: folder_on(cluster, w, ready) for w in cluster.workers}
-        cluster.kill_host(lost)  # a machine losing power: its disk (private /tmp) stays
-        app.go("ready")
-        stopped = app.phase("stopped")
-        assert not folders["w1"].exists() and not folders["w2"].exists()
-        assert stored_keys(folders[lost]), "the unreachable host's folder went"
-        assert stopped["stop_seconds"] < 30
-        app.go("stopped")
-        app.finish()
-
-        # The host comes back: gc there would remove the folder (its application finished),
-        # and so does the next application whose tasks use host-local files there.
-        cluster.restart_worker(lost)
-        local_dir = ready["local_dir"]
-        gc = cluster.run(lost, [sys.executable, "-m", "spark_steward.cli", "gc", "--storage",
-                                storage.as_uri(), "--local-dir", local_dir, "--dry-run",
-                                "--json"], timeout=120)
-        assert gc.returncode == 0, gc.stdout + gc.stderr
-        assert ready["app_id"] in gc.stdout and folders[lost].exists()
-        following = App(cluster, storage, "next")
-        apps.append(following)
-        ran = following.phase("stopped")
-        assert cluster.hostname(lost) in ran["ran_on"]
-        assert not folders[lost].exists(), "the next application did not sweep the folder"
-        for w in cluster.workers:
-            assert not folder_on(cluster, w, ran).exists()
-        following.go("stopped")
-        following.finish()
-    finally:
-        # The session's other tests expect three workers.
-        try:
-            cluster.holder_pid(lost)
-        except HarnessError:
-            cluster.restart_worker(lost)
+        runs: Runs) -> None:
+    cluster, lost = runs.cluster, runs.lost
+    assert lost.left["w1"] is False and lost.left["w2"] is False, lost.left
+    assert lost.left[LOST] and lost.lost_keys, "the unreachable host's folder went"
+    assert lost.stopped["stop_seconds"] < 30
+    # Back: gc there would remove the folder (its application finished) ...
+    assert lost.gc.returncode == 0, lost.gc.stdout + lost.gc.stderr
+    assert lost.ready["app_id"] in lost.gc.stdout and lost.kept_for_gc
+    # ... and so does the next application whose tasks use host-local files there (the
+    # second one, which stored values on every host and cleaned its own folders; see above).
+    nxt = runs.killed
+    assert cluster.hostname(LOST) in nxt.ready["executors"]
+    assert nxt.swept_lost, "the next application did not sweep the folder"
+    assert not nxt.left, nxt.left

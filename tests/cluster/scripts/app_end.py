@@ -8,8 +8,7 @@ At each phase the job writes ``CONTROL_DIR/<phase>.json`` and waits for
 MODE: ``kill`` stops the VICTIM host's executor (``killExecutor``, an orderly stop), pauses at
 ``killed``, asks for a new executor (standalone starts it on the victim host, the only one with
 a free core) and reads every value back on every host; ``plain`` goes straight on. Then
-``spark.stop()`` and ``stopped`` (paused right after it returned). MODE ``next`` (a later
-application on the same hosts) only stores values on every host and stops.
+``spark.stop()`` and ``stopped`` (paused right after it returned).
 """
 
 from __future__ import annotations
@@ -94,29 +93,26 @@ def main() -> None:
 
     local_dir = spark_steward.runtime(spark).context.local_dir
     facts: dict[str, Any] = {"app_id": sc.applicationId, "local_dir": local_dir}
-    if mode == "next":
-        facts["ran_on"] = sorted({r["host"] for r in on_every_host(sc, put)})
-    else:
-        rows = on_every_host(sc, put)
-        facts["executors"] = {r["host"]: r["executor"] for r in rows}
-        control.phase("ready", **facts)
-        if mode == "kill":
-            victim_executor = facts["executors"][victim]
-            facts["kill_acknowledged"] = bool(sc._jsc.sc().killExecutor(victim_executor))
-            wait_for(lambda: executors(sc) == 2, "the victim's executor gone")
-            control.phase("killed", **facts)
-            for attempt in range(6):  # the scheduler's target may need more than one raise
-                sc._jsc.sc().requestExecutors(1)
-                deadline = time.monotonic() + 20
-                while executors(sc) < 3 and time.monotonic() < deadline:
-                    time.sleep(0.2)
-                if executors(sc) == 3:
-                    break
-            facts["requests"] = attempt + 1
-            wait_for(lambda: executors(sc) == 3, "a new executor", timeout=1)
-            rows = on_every_host(sc, read)
-            facts["read"] = rows
-            facts["executors_after"] = {r["host"]: r["executor"] for r in rows}
+    rows = on_every_host(sc, put)
+    facts["executors"] = {r["host"]: r["executor"] for r in rows}
+    control.phase("ready", **facts)
+    if mode == "kill":
+        victim_executor = facts["executors"][victim]
+        facts["kill_acknowledged"] = bool(sc._jsc.sc().killExecutor(victim_executor))
+        wait_for(lambda: executors(sc) == 2, "the victim's executor gone")
+        control.phase("killed", **facts)
+        for attempt in range(6):  # the scheduler's target may need more than one raise
+            sc._jsc.sc().requestExecutors(1)
+            deadline = time.monotonic() + 20
+            while executors(sc) < 3 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if executors(sc) == 3:
+                break
+        facts["requests"] = attempt + 1
+        wait_for(lambda: executors(sc) == 3, "a new executor", timeout=1)
+        rows = on_every_host(sc, read)
+        facts["read"] = rows
+        facts["executors_after"] = {r["host"]: r["executor"] for r in rows}
     started = time.monotonic()
     spark.stop()
     facts["stop_seconds"] = time.monotonic() - started
