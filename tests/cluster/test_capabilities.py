@@ -6,12 +6,15 @@ cached tables and file-merged checkpoints on all three worker hosts; while it pa
 :func:`capabilities` fixture photographs every host's working dir and SIGKILLs one worker host's
 executor JVM (the standalone worker starts a new one there). A second application
 (``scripts/restore.py``) restores the checkpoint series the first one saved. Each test below
-checks one capability from what these two applications reported and left.
+checks one capability from what these two applications reported and left; the first checks the
+harness itself (Spark spans the hosts), from where the first application's tasks ran.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -90,8 +93,11 @@ def _photograph(cluster: Cluster, folder: str) -> tuple[dict[str, dict[str, Path
 
 @pytest.fixture(scope="module")
 def capabilities(cluster: Cluster) -> Iterator[Run]:
+    assert cluster.alive_workers() == list(cluster.workers)
+    # spark.harness.marker: a raw --conf argument reaches the driver (the harness test below).
     flags, storage, local_dir = steward_setup(
-        cluster, NAME, {"spark.steward.cache.host-replicas": "true"})
+        cluster, NAME, {"spark.steward.cache.host-replicas": "true",
+                        "spark.harness.marker": "raw-args"})
     out = cluster.shared / NAME / "out"
     with StewardApp(cluster, "capabilities.py", out, flags) as app:
         inspect = app.wait_phase("inspect", timeout=400)
@@ -103,6 +109,38 @@ def capabilities(cluster: Cluster) -> Iterator[Run]:
         app.go("inspect", kill=cluster.hostname(VICTIM))
         result = app.finish(timeout=300)
     yield Run(cluster, storage, local_dir, inspect, result, files, snapshot, killed)
+
+
+# -- the harness: Spark spans the hosts --------------------------------------------------------
+
+def test_spark_job_from_the_driver_host_runs_on_every_worker_host(capabilities: Run) -> None:
+    """The harness itself (this was test_harness.py's own application, scripts/where.py): the
+    driver runs on the driver host, under its name and address, and a job's tasks run on every
+    worker host, each in that host's PID namespace and private /tmp, resolving its own name to
+    its own address. The first job (blobs through HA) reports where its tasks ran."""
+    run, job = capabilities, capabilities.result
+    cluster = run.cluster
+    driver = job["driver"]
+    tasks = job["ha"]["rows"]
+    assert driver["hostname"] == "sst-driver"
+    assert driver["resolved"] == cluster.address("driver")
+    assert job["spark_driver_host"] == cluster.address("driver")
+    assert job["marker"] == "raw-args"
+    assert {t["host"] for t in tasks} == {f"sst-{w}" for w in cluster.workers}
+    test_pidns = os.stat("/proc/self/ns/pid").st_ino
+    by_host: dict[str, set[int]] = {}
+    for t in tasks:
+        by_host.setdefault(t["host"], set()).add(t["pidns"])
+        host = t["host"][len("sst-"):]
+        assert t["resolved"] == cluster.address(host)
+        # The task's /tmp is that host's private dir.
+        assert t["tmp"] == cluster.host_path(host, "/tmp").stat().st_ino
+    namespaces = [ns for nss in by_host.values() for ns in nss]
+    assert all(len(nss) == 1 for nss in by_host.values()), by_host
+    assert len(set(namespaces)) == 3
+    assert driver["pidns"] not in namespaces and test_pidns not in namespaces
+    assert driver["pidns"] != test_pidns
+    assert driver["tmp"] not in {t["tmp"] for t in tasks}
 
 
 # -- blobs ------------------------------------------------------------------------------------
@@ -281,9 +319,12 @@ def test_merged_checkpoints_are_one_file_per_writing_host_and_subsumed_ones_go(
 def test_a_later_application_restores_the_series_on_every_host(capabilities: Run) -> None:
     run = capabilities
     flags, _, _ = steward_setup(run.cluster, NAME)
-    with StewardApp(run.cluster, "restore.py", run.cluster.shared / NAME / "restore", flags,
-                    "xhost") as app:
-        restored = app.finish(timeout=300)
+    out = run.cluster.shared / NAME / "restore"
+    # In the foreground (Cluster.submit; the other applications here run in the background).
+    done = run.cluster.submit(SCRIPTS / "restore.py", str(out), "xhost", conf=flags,
+                              timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    restored = json.loads((out / "result.json").read_text())
     assert restored["app_id"] != run.app_id
     assert restored["completed"] == [3]
     assert restored["partitions"] == 12

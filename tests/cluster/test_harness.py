@@ -29,13 +29,6 @@ def _needs_harness() -> None:
         pytest.skip(f"cluster harness unavailable: {reason}")
 
 
-def result_line(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])  # type: ignore[no-any-return]
-    raise AssertionError(f"no RESULT line (exit {done.returncode}): {done.stderr[-4000:]}")
-
-
 # -- hosts are separate machines ---------------------------------------------------------------
 
 def test_hosts_have_their_own_network_names_tmp_and_processes(cluster: Cluster) -> None:
@@ -103,32 +96,9 @@ def test_loopback_tmp_and_pids_are_per_host_the_shared_dir_is_shared(cluster: Cl
 
 # -- Spark across hosts ------------------------------------------------------------------------
 
-def test_spark_job_from_the_driver_host_runs_on_every_worker_host(cluster: Cluster) -> None:
-    assert cluster.alive_workers() == list(cluster.workers)
-    done = cluster.submit(SCRIPTS / "where.py", "3",
-                          conf=["--conf", "spark.harness.marker=raw-args"], timeout=300)
-    result = result_line(done)
-    driver = result["driver"]
-    tasks = result["tasks"]
-    assert driver["hostname"] == "sst-driver"
-    assert driver["resolved"] == cluster.address("driver")
-    assert result["driver_host"] == cluster.address("driver")
-    assert result["marker"] == "raw-args"
-    assert {t["hostname"] for t in tasks} == {f"sst-{w}" for w in cluster.workers}
-    test_pidns = os.stat("/proc/self/ns/pid").st_ino
-    by_host: dict[str, set[int]] = {}
-    for t in tasks:
-        by_host.setdefault(t["hostname"], set()).add(t["pidns"])
-        host = t["hostname"][len("sst-"):]
-        assert t["resolved"] == cluster.address(host)
-        # The task's /tmp is that host's private dir.
-        assert t["tmp"] == cluster.host_path(host, "/tmp").stat().st_ino
-    namespaces = [ns for nss in by_host.values() for ns in nss]
-    assert all(len(nss) == 1 for nss in by_host.values()), by_host
-    assert len(set(namespaces)) == 3
-    assert driver["pidns"] not in namespaces and test_pidns not in namespaces
-    assert driver["pidns"] != test_pidns
-    assert driver["tmp"] not in {t["tmp"] for t in tasks}
+# A job from the driver host runs on every worker host, each task in that host's PID namespace
+# and private /tmp: test_capabilities.py's test_spark_job_from_the_driver_host_runs_on_every_
+# worker_host, from the tasks of the capabilities application (no application of its own).
 
 
 def test_kill_host_kills_every_process_restart_worker_brings_it_back(cluster: Cluster) -> None:

@@ -7,7 +7,8 @@ dir in the shared dir, ``spark.steward.cache.host-replicas=true``) and three sin
 executors, one per worker host. Phases (see xhost.py):
 
 1. blobs through HA: an 8 MiB blob read by 12 tasks (sha-256 and the process's blob cache
-   counter delta per task) and the driver's blob server counters around the job;
+   counter delta per task, and where the task ran: pid namespace, /tmp, its host name's
+   address, as for the driver) and the driver's blob server counters around the job;
 2. blobs through the driver's blob server: a 4 MiB blob whose HA copy is deleted first;
 3. ``sc.addFile`` / ``sc.addArchive`` of files in the driver host's private /tmp, read with
    ``SparkFiles.get`` by tasks on every host;
@@ -54,6 +55,14 @@ from spark_steward.checkpoint.service import CheckpointService
 STATE = "models"
 
 
+def where() -> dict[str, Any]:
+    """Where this process runs, as the harness sees it (tests/cluster/test_capabilities.py's
+    harness test): its pid namespace and /tmp (inodes), and the address its host name
+    resolves to."""
+    return {"pidns": os.stat("/proc/self/ns/pid").st_ino, "tmp": os.stat("/tmp").st_ino,
+            "resolved": socket.gethostbyname(socket.gethostname())}
+
+
 def blob_task(ref: Any) -> Callable[[int], dict[str, Any]]:
     def run(_: int) -> dict[str, Any]:
         from spark_steward.blob.executor import executor_blobs
@@ -65,7 +74,8 @@ def blob_task(ref: Any) -> Callable[[int], dict[str, Any]]:
         delta = Counter(stats)
         delta.subtract(before)
         time.sleep(0.1)  # keep the executor busy so the others take tasks too
-        return {**xhost.here(), "path": path, "sha256": digest, "delta": dict(+delta)}
+        return {**xhost.here(), **where(), "path": path, "sha256": digest,
+                "delta": dict(+delta)}
 
     return run
 
@@ -145,7 +155,10 @@ def main() -> None:
     app = sc.applicationId
     xhost.wait_for_executors(sc, 3)
     result: dict[str, Any] = {"app_id": app, "driver_host": socket.gethostname(),
-                              "local_dir": runtime.conf.local_dir()}
+                              "local_dir": runtime.conf.local_dir(),
+                              "driver": {"hostname": socket.gethostname(), **where()},
+                              "spark_driver_host": sc.getConf().get("spark.driver.host"),
+                              "marker": sc.getConf().get("spark.harness.marker", "")}
     server = runtime.service(BlobService).server
 
     # 1. through HA
