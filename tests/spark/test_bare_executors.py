@@ -9,6 +9,9 @@ load without the package): RDD functions, Python UDFs, pandas UDFs, user broadca
 own test_broadcast case still work, the driver warns once naming the fix, a task that calls
 spark-steward fails with one line saying the executor lacks it, and a driver call that needs it
 on executors raises SetupError.
+
+The encrypted run has one executor (local-cluster[1,1,1024]); the plain one two, so the
+driver's one warning stands for both executors' reports.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
+from tests.spark.conftest import CLUSTER, ONE_EXECUTOR, SCRIPTS, run_spark_submit, steward_conf
 
 JOB = SCRIPTS / "bare_executors_job.py"
 NOT_INSTALLED = "spark-steward is not installed in the Python of this executor"
@@ -64,7 +67,8 @@ def test_plain_code_runs_where_executors_lack_spark_steward(
                          f"spark.pyspark.driver.python={sys.executable}",
                          f"spark.io.encryption.enabled={str(encryption).lower()}")
     out = tmp_path / "out.json"
-    result = run_spark_submit(JOB, flags, str(out))
+    result = run_spark_submit(JOB, flags, str(out),
+                              master=ONE_EXECUTOR if encryption else CLUSTER)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     job = json.loads(out.read_text())

@@ -1,6 +1,9 @@
 """A ``shared=True`` cached table reused by a second application through spark-submit until its
 input changes (a killed driver's tables and transparent ``df.cache()`` in an unmodified script:
-tests/faults/test_cache_crash.py)."""
+tests/faults/test_cache_crash.py).
+
+The first application materializes the table on two executors; the later ones, which find it
+or not, have one (local-cluster[1,1,1024])."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
+from tests.spark.conftest import CLUSTER, ONE_EXECUTOR, SCRIPTS, run_spark_submit, steward_conf
 
 TRANSPARENT = "spark.steward.cache.transparent=true"
 ROWS = 5000
@@ -42,9 +45,9 @@ def _table_files(storage: Path) -> list[str]:
 
 
 def _run(script: str, storage: Path, out: Path, source: Path,
-         extra: tuple[str, ...] = ()) -> dict:
+         extra: tuple[str, ...] = (), master: str = CLUSTER) -> dict:
     result = run_spark_submit(SCRIPTS / script, steward_conf(storage, *extra), str(out),
-                              str(source))
+                              str(source), master=master)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -54,13 +57,15 @@ def test_a_shared_cache_is_reused_by_another_application_until_its_input_changes
     storage, source = tmp_path / "storage", write_input(tmp_path / "in")
     first = _run("shared_cache_job.py", storage, tmp_path / "a.json", source)
     assert first["udf_calls"] == ROWS and first["key"].startswith("s-")
-    second = _run("shared_cache_job.py", storage, tmp_path / "b.json", source)
+    second = _run("shared_cache_job.py", storage, tmp_path / "b.json", source,
+                  master=ONE_EXECUTOR)
     assert second["udf_calls"] == 0, "the second application computed nothing"
     assert second["key"] == first["key"] and second["rows"] == first["rows"]
 
     time.sleep(0.01)
     write_input(source, shift=1)   # same path and size, new content and modification time
-    third = _run("shared_cache_job.py", storage, tmp_path / "c.json", source)
+    third = _run("shared_cache_job.py", storage, tmp_path / "c.json", source,
+                 master=ONE_EXECUTOR)
     assert third["udf_calls"] == ROWS and third["key"] != first["key"]
     assert third["rows"] != first["rows"]
     entries = {f.split("/")[1][:-len(".json")] for f in _table_files(storage)

@@ -3,7 +3,11 @@ executor SIGKILLed while the driver packs (its state reloads from packed deltas 
 executor), then the driver SIGKILLed mid-run; the query restarts from the packed location in a
 new application and its result is exactly that of the input, as an unpacked run's is.
 ``spark-steward streams unpack`` then restores the plain layout, which Spark without
-spark-steward runs on."""
+spark-steward runs on.
+
+Only the first application needs two executors (one is killed, the query goes on); the restart
+reads the packs on one (local-cluster[1,1,1024]), and plain Spark's run on the unpacked
+location, a check of the layout Spark reads, on none (local[2])."""
 
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from typing import Any
 from spark_steward.streams.lifecycle.packs import PACK_NAME
 from spark_steward.storage import Storage
 from spark_steward.streams.packs import Packs
-from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit, steward_conf
+from tests.spark.conftest import (NO_EXECUTOR, ONE_EXECUTOR, SCRIPTS, BackgroundJob,
+                                  run_spark_submit, steward_conf)
 from tests.spark.test_streams import RETAIN
 
 FILES, ROWS = 30, 40
@@ -92,7 +97,7 @@ def test_a_packed_location_survives_killed_executors_and_drivers_and_unpacks(
 
     second = run_spark_submit(SCRIPTS / "packed_stream_job.py", steward_conf(storage, *PACKING),
                               str(tmp_path / "second.json"), str(location), str(inputs),
-                              str(FILES * ROWS))
+                              str(FILES * ROWS), master=ONE_EXECUTOR)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     result = json.loads((tmp_path / "second.json").read_text())
     assert result["query_id"] == job["query_id"]
@@ -121,6 +126,6 @@ def test_a_packed_location_survives_killed_executors_and_drivers_and_unpacks(
                              ["--conf", "spark.sql.shuffle.partitions=4",
                               *[a for k, v in RETAIN.items() for a in ("--conf", f"{k}={v}")]],
                              str(tmp_path / "third.json"), str(location), str(inputs),
-                             str((FILES + 5) * ROWS))
+                             str((FILES + 5) * ROWS), master=NO_EXECUTOR)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
     assert json.loads((tmp_path / "third.json").read_text())["rows"] == _expected(FILES + 5)

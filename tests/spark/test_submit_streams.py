@@ -1,7 +1,9 @@
 """A streaming query's location after its driver was SIGKILLed (issue 24): the failed deletes it
 recorded and the temp files it left are cleaned by ``spark-steward gc``; the query restarts from
 the location in a new application, whose attach removes the record of a location that is gone
-(issue 33); ``spark-steward streams drop`` then removes it all."""
+(issue 33); ``spark-steward streams drop`` then removes it all.
+
+The restart needs an executor to restore the state on, not two (local-cluster[1,1,1024])."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from typing import Any
 
 from spark_steward.storage import Storage
 from spark_steward.streams.registry import StreamRegistry
-from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit, steward_conf
+from tests.spark.conftest import (ONE_EXECUTOR, SCRIPTS, BackgroundJob, run_spark_submit,
+                                  steward_conf)
 from tests.spark.test_streams import RETAIN
 from tests.support.faulty_files import CLASS as FAULTY, DIR_KEY, deletes_asked, faulty_jar
 
@@ -104,7 +107,8 @@ def test_a_killed_drivers_location_is_cleaned_by_gc_restarted_and_dropped(tmp_pa
     # The query goes on from its location in a new application, with its state.
     result = run_spark_submit(SCRIPTS / "stream_job.py",
                               steward_conf(storage, "spark.sql.shuffle.partitions=4"),
-                              str(tmp_path / "second.json"), str(location), str(job["batch"] + 3))
+                              str(tmp_path / "second.json"), str(location), str(job["batch"] + 3),
+                              master=ONE_EXECUTOR)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     second = json.loads((tmp_path / "second.json").read_text())
     assert second["query_id"] == job["query_id"] and second["run_id"] != job["run_id"]
