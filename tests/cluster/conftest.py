@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from tests.cluster.harness import Cluster, HarnessError, unavailable
-from tests.conftest import QUICK_JVM
+from tests.support.class_cache import conf_dir, ensure_archive, java_options
 
 HERE = Path(__file__).parent
 
@@ -26,7 +26,10 @@ def cluster() -> Iterator[Cluster]:
     reason = unavailable()
     if reason:
         pytest.skip(f"cluster harness unavailable: {reason}")
-    c = Cluster(workers=3, s3=True)
+    # Drivers and executors map the test JVMs' class archive: an empty SPARK_CONF_DIR on
+    # every host puts on their class path what the archive was dumped with.
+    archive = ensure_archive()
+    c = Cluster(workers=3, s3=True, spark_conf_dir=conf_dir() if archive else None)
     atexit.register(c.close)  # the harness registers one too; both are idempotent
     try:
         c.start()
@@ -65,10 +68,11 @@ def steward_setup(cluster: Cluster, name: str, conf: dict[str, str] | None = Non
                             "--local-dir", local_dir], check=True,
                            capture_output=True, text=True).stdout.split()
     # The hosts get none of the run's SPARK_* variables (harness._env), so not the test JVMs'
-    # options (tests/support/class_cache.py): the quick-start ones go on the command line.
+    # options (tests/support/class_cache.py): they go on the command line.
     for key, value in {"spark.steward.heartbeat.interval": "1s",
-                       "spark.driver.extraJavaOptions": QUICK_JVM,
-                       "spark.executor.extraJavaOptions": QUICK_JVM, **(conf or {})}.items():
+                       "spark.driver.extraJavaOptions": java_options(),
+                       "spark.executor.extraJavaOptions": java_options(),
+                       **(conf or {})}.items():
         flags += ["--conf", f"{key}={value}"]
     return flags, storage, local_dir
 

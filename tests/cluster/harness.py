@@ -286,12 +286,15 @@ class Cluster:
     ``/tmp`` every host must see as they are. ``class_cache`` lets the master and
     workers start from a class-data-sharing archive of Spark's classes (made by the first
     cluster of a machine at its close, kept under ``/var/tmp/spark-steward-harness/cds``):
-    about a third less JVM start-up."""
+    about a third less JVM start-up. ``spark_conf_dir`` is every host process's
+    SPARK_CONF_DIR (the drivers' and, through the workers, the executors' class path: an
+    empty one lets them map the test JVMs' own archive, tests/support/class_cache.py)."""
 
     def __init__(self, workers: int = 3, link: Link | None = None, worker_cores: int = 1,
                  worker_memory: str = "1g", s3: bool = False, *, spark: bool = True,
                  java: str | None = None, start_timeout: float = 120.0,
-                 class_cache: bool = True, keep: Sequence[Path] = ()) -> None:
+                 class_cache: bool = True, keep: Sequence[Path] = (),
+                 spark_conf_dir: Path | None = None) -> None:
         if not 1 <= workers <= 200:
             raise ValueError(f"workers must be 1..200, not {workers}")
         self._n_workers = workers
@@ -303,6 +306,7 @@ class Cluster:
         self._java = java
         self._timeout = start_timeout
         self._class_cache = class_cache
+        self._spark_conf_dir = spark_conf_dir
         self._keep = kept_paths([*_environment_paths(), *keep])
         self._cds_dump: Path | None = None  # where this cluster's master dumps its classes
         self._k: int | None = None
@@ -925,6 +929,8 @@ class Cluster:
                    SPARK_LOCAL_IP=h.address,
                    PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                    HOSTNAME=f"sst-{h.name}")
+        if self._spark_conf_dir is not None:
+            env["SPARK_CONF_DIR"] = str(self._spark_conf_dir)
         env.update(self.s3_env)
         env.update(extra or {})
         return env

@@ -30,7 +30,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.cluster.harness import Cluster, HarnessError, HostProcess
-from tests.conftest import QUICK_JVM
+from tests.support.class_cache import java_options
 
 SCRIPT = Path(__file__).parent / "scripts" / "app_end.py"
 LOST = "w3"    # loses power before the first application's spark.stop()
@@ -51,8 +51,8 @@ class App:
         flags += ["--conf", "spark.executor.instances=3"]
         # The hosts get none of the run's SPARK_* variables: the quick-start JVM options go on
         # the command line (as tests/cluster/conftest.py's steward_setup does).
-        flags += ["--conf", f"spark.driver.extraJavaOptions={QUICK_JVM}",
-                  "--conf", f"spark.executor.extraJavaOptions={QUICK_JVM}"]
+        flags += ["--conf", f"spark.driver.extraJavaOptions={java_options()}",
+                  "--conf", f"spark.executor.extraJavaOptions={java_options()}"]
         self.out = open(self.control / "stdout", "w")
         self.err = open(self.control / "stderr", "w")
         self.proc: HostProcess = cluster.submit_background(
