@@ -26,7 +26,7 @@ import pyspark
 
 from tests.compat.lines import LINES, OLDER
 from tests.conftest import _remove_new_executor_dirs
-from tests.spark.conftest import run_spark_submit, steward_conf
+from tests.spark.conftest import CLUSTER, run_spark_submit, steward_conf
 
 CACHE_ENV = "SPARK_STEWARD_COMPAT_CACHE"
 MARKER = ".spark-steward-complete"
@@ -103,8 +103,9 @@ def install(line: str, cache: Path | None = None) -> PySparkLine:
 
 
 def submit(spark_line: PySparkLine, storage: Path, script: Path, *args: str,
-           timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``script`` through the line's spark-submit on local-cluster[2,1,1024], with the flags of
+           timeout: float = 300, master: str = CLUSTER) -> subprocess.CompletedProcess[str]:
+    """``script`` through the line's spark-submit on ``master`` (local-cluster[2,1,1024] unless
+    told), with the flags of
     ``spark-steward conf``, as a user passes them (the driver adds the plugin and the shim jar
     itself, so the tier checks that on each line too). Executor dirs it left in the line's
     Spark home are removed afterwards."""
@@ -113,7 +114,7 @@ def submit(spark_line: PySparkLine, storage: Path, script: Path, *args: str,
     flags = steward_conf(storage, *SMALL_JOBS)
     try:
         return run_spark_submit(script, flags, *args, timeout=timeout, env=spark_line.env(),
-                                spark_submit=str(spark_line.spark_submit))
+                                spark_submit=str(spark_line.spark_submit), master=master)
     finally:
         _remove_new_executor_dirs(str(work_dir), before)
 

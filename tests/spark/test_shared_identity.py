@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
+from tests.spark.conftest import ONE_EXECUTOR, SCRIPTS, run_spark_submit, steward_conf
 
 sys.path.insert(0, str(SCRIPTS))
 import identity_kinds  # noqa: E402
@@ -29,8 +29,10 @@ def _submit(role: str, workdir: Path, storage: Path, out: Path) -> dict[str, Any
     pythonpath = os.pathsep.join([str(workdir / "mods"), str(SCRIPTS),
                                   os.environ.get("PYTHONPATH", "")])
     flags = steward_conf(storage, "spark.sql.shuffle.partitions=2", "spark.default.parallelism=2")
+    # One executor: a key is computed on the driver, and the rows a kind gets do not depend
+    # on how many executors computed them (three applications of ~60 kinds each).
     result = run_spark_submit(JOB, flags, role, str(workdir), str(out), timeout=900,
-                              env={"PYTHONPATH": pythonpath})
+                              env={"PYTHONPATH": pythonpath}, master=ONE_EXECUTOR)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     return json.loads(out.read_text())
 
