@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit, steward_conf
+from tests.spark.conftest import ONE_EXECUTOR, SCRIPTS, BackgroundJob, run_spark_submit, steward_conf
 from tests.spark.test_submit_cache import ROWS, TRANSPARENT, expected_job, write_input
 
 SCRIPT = Path(__file__).parent / "scripts" / "cache_crash.py"
@@ -26,7 +26,9 @@ def _files(root: Path) -> list[str]:
 def test_a_driver_killed_during_materialization_leaves_nothing_after_the_next_attach(
         tmp_path: Path) -> None:
     storage = tmp_path / "storage"
-    run = BackgroundJob(SCRIPT, steward_conf(storage), tmp_path / "job.json")
+    # One executor: it writes the table's files and outlives the driver for a while.
+    run = BackgroundJob(SCRIPT, steward_conf(storage), tmp_path / "job.json",
+                        master=ONE_EXECUTOR)
     job = run.wait_for_output()
     tables = storage / "tables"
     deadline = time.monotonic() + 120
@@ -51,7 +53,7 @@ def test_a_driver_killed_during_materialization_leaves_nothing_after_the_next_at
     # The next application on this storage: an unmodified script with transparent caching.
     out, source = tmp_path / "next.json", write_input(tmp_path / "in")
     result = run_spark_submit(SCRIPTS / "cache_job.py", steward_conf(storage, TRANSPARENT),
-                              str(out), str(source))
+                              str(out), str(source), master=ONE_EXECUTOR)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     job = json.loads(out.read_text())
     assert {k: job[k] for k in ("rows", "total", "top", "high")} == expected_job()

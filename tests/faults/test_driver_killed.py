@@ -12,14 +12,15 @@ from pathlib import Path
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.storage import Storage
-from tests.spark.conftest import SCRIPTS, BackgroundJob, steward_conf
+from tests.spark.conftest import NO_EXECUTOR, SCRIPTS, BackgroundJob, steward_conf
 
 
 def test_sigkilled_driver_is_seen_as_crashed(tmp_path: Path) -> None:
     storage = tmp_path / "storage"
     out = tmp_path / "out.json"
+    # The driver's record and its process are what is judged: no executor JVM needed.
     runner = BackgroundJob(SCRIPTS / "plain_job.py", steward_conf(storage), out, "--sleep",
-                           "300")
+                           "300", master=NO_EXECUTOR)
     job = runner.wait_for_output()
     registry = ApplicationRegistry(Storage.from_url(storage.as_uri()), heartbeat_timeout=600)
     assert registry.liveness(registry.read(job["app_id"])) is Liveness.LIVE

@@ -20,6 +20,7 @@ import pytest
 
 from tests.spark.conftest import (
     LOCAL_DIR,
+    ONE_EXECUTOR,
     SCRIPTS,
     BackgroundJob,
     run_spark_submit,
@@ -66,9 +67,10 @@ def test_gc_and_another_attach_from_another_pid_namespace_leave_a_live_applicati
         tmp_path: Path) -> None:
     storage = tmp_path / "storage"
     url = storage.as_uri()
+    # One executor each: liveness is the drivers' matter, and one host's folder is checked.
     run = BackgroundJob(SCRIPTS / "cache_job.py", steward_conf(storage, TRANSPARENT),
                         tmp_path / "live.json", str(write_input(tmp_path / "in")), "--sleep",
-                        "600")
+                        "600", master=ONE_EXECUTOR)
     live = run.wait_for_output()
     try:
         app = live["app_id"]
@@ -95,7 +97,7 @@ def test_gc_and_another_attach_from_another_pid_namespace_leave_a_live_applicati
         # sweeps dead applications' tables, blobs, checkpoints and local folders.
         second = run_spark_submit(SCRIPTS / "plain_job.py", steward_conf(storage),
                                   str(tmp_path / "second.json"),
-                                  prefix=UNSHARE)
+                                  prefix=UNSHARE, master=ONE_EXECUTOR)
         assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
         assert json.loads((tmp_path / "second.json").read_text())["app_id"] != app
 
@@ -143,7 +145,7 @@ def test_a_driver_killed_inside_a_pid_namespace_is_found_dead(tmp_path: Path) ->
     url = storage.as_uri()
     out = tmp_path / "job.json"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    submit = " ".join([spark_submit_path(), "--master", "'local-cluster[2,1,1024]'",
+    submit = " ".join([spark_submit_path(), "--master", f"'{ONE_EXECUTOR}'",
                        "--conf", "spark.ui.enabled=false",
                        *steward_conf(storage, "spark.steward.heartbeat.interval=1s"),
                        str(SCRIPTS / "plain_job.py"), str(out), "--sleep", "600"])

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.spark.conftest import SCRIPTS, BackgroundJob, run_spark_submit
+from tests.spark.conftest import NO_EXECUTOR, SCRIPTS, BackgroundJob, run_spark_submit
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="acts as another user: needs root")
 
@@ -184,7 +184,7 @@ def test_a_local_dir_others_could_reach_fails_the_attach_with_one_line(open_base
     local, why = PLANTED[case](open_base)
     before = sorted(os.listdir(local)) if os.path.isdir(local) else None
     result = run_spark_submit(PLAIN, flags(open_base / "storage", local),
-                              str(open_base / "out.json"))
+                              str(open_base / "out.json"), master=NO_EXECUTOR)
     line = _one_line(result)
     assert line.startswith(f"spark_steward.errors.ConfigError: {KEY}: {why}"), line
     assert not (open_base / "out.json").exists()
@@ -202,7 +202,8 @@ def test_a_default_dir_planted_in_the_shared_temp_dir_fails_the_attach(open_base
     planted.mkdir(mode=0o777)
     os.chown(planted, NOBODY, NOBODY)
     result = run_spark_submit(PLAIN, flags(open_base / "storage", None),
-                              str(open_base / "out.json"), env={"TMPDIR": str(shared)})
+                              str(open_base / "out.json"), env={"TMPDIR": str(shared)},
+                              master=NO_EXECUTOR)
     line = _one_line(result)
     assert line.startswith(f"spark_steward.errors.ConfigError: {KEY}: {planted} (on the way to "
                            f"{planted / 'local'}) is owned by uid {NOBODY}"), line
