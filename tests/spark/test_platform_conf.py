@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from spark_steward.kernel import shim_build
-from tests.spark.conftest import CLUSTER, ONE_EXECUTOR, SCRIPTS, run_spark_submit, steward_conf
+from tests.spark.conftest import SCRIPTS, run_spark_submit, steward_conf
 from tests.spark.test_app_end_cleanup import KEYS, end_summary, reported
 
 PLATFORM_SRC = Path(__file__).parent / "platform_plugin" / "src"
@@ -53,7 +53,7 @@ def run_and_check(tmp_path: Path, flags: list[str], env: dict[str, str] | None =
                   executors: int = 1) -> tuple[dict[str, Any], str]:
     out = tmp_path / "out.json"
     result = run_spark_submit(JOB, flags, str(out), "end", "--driver-removal-off", env=env,
-                              master=CLUSTER if executors == 2 else ONE_EXECUTOR)
+                              master=f"local-cluster[{executors},1,1024]")
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     job = json.loads(out.read_text())
