@@ -73,7 +73,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 #: What a module calls to start an application of its own (tests/spark/conftest.py).
-_STARTS_APPLICATIONS = ("run_spark_submit", "BackgroundJob", "spark_submit_path")
+_STARTS_APPLICATIONS = ("run_spark_submit", "BackgroundJob", "spark_submit_path",
+                        "ConnectServer")
 _CLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster")
 
 

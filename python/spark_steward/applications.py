@@ -259,10 +259,12 @@ class ApplicationRegistry:
         return f"{OWNED_DIR}/{validate_app_id(app_id)}"
 
     def new_record(self, app_id: str, app_name: str, *, spark_version: str = "",
-                   steward_version: str = "") -> ApplicationRecord:
-        """A fresh record for this driver process (not yet written)."""
+                   steward_version: str = "", driver_pid: int | None = None) -> ApplicationRecord:
+        """A fresh record (not yet written) for the driver process ``driver_pid``, by default
+        this one; the liveness verdict probes it. A runtime hosted beside a JVM driver names
+        that JVM: the application lives as long as it does, whatever becomes of the runtime."""
         now = self.clock()
-        pid = os.getpid()
+        pid = os.getpid() if driver_pid is None else driver_pid
         return ApplicationRecord(validate_app_id(app_id), app_name, self.here.host, pid,
                                  process_start_ticks(pid), now, now, None, spark_version,
                                  steward_version, self.here.boot_id, self.here.pid_ns,

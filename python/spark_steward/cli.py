@@ -81,6 +81,12 @@ def cmd_conf(args: argparse.Namespace) -> int:
     if args.storage and not args.no_check:
         check_storage_url(args.storage)
     pairs = conf_pairs(args.storage, args.local_dir)
+    if args.server:
+        # No Python of ours adds these where no PySpark builds the context (kernel/autoload).
+        from spark_steward.kernel.jvm import PLUGIN_CLASS
+        from spark_steward.kernel.shim import jar_path
+
+        pairs = [("spark.jars", str(jar_path(""))), ("spark.plugins", PLUGIN_CLASS), *pairs]
     if args.format == "properties":
         width = max(len(k) for k, _ in pairs)
         for key, value in pairs:
@@ -266,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--local-dir", help="host-local working dir (spark.steward.local.dir)")
     conf.add_argument("--format", choices=("flags", "properties"), default="flags",
                       help="--conf flags (default) or spark-defaults.conf lines")
+    conf.add_argument("--server", action="store_true",
+                      help="for a driver no PySpark starts (a Spark Connect server, "
+                           "spark-submit --class): add the shim jar and plugin, which spark-steward "
+                           "then uses to run its driver runtime beside that driver (append them to "
+                           "spark.jars and spark.plugins your platform sets already)")
     conf.add_argument("--markdown", action="store_true",
                       help="print the table of every spark.steward.* key instead")
     conf.add_argument("--no-check", action="store_true",

@@ -40,10 +40,12 @@ class ApplicationHeartbeat:
         self._thread: threading.Thread | None = None
 
     def start(self, app_id: str, app_name: str, *, spark_version: str,
-              steward_version: str) -> None:
-        """Writes the application record and starts the thread that refreshes it every interval."""
+              steward_version: str, driver_pid: int | None = None) -> None:
+        """Writes the application record (naming ``driver_pid``, this process by default) and
+        starts the thread that refreshes it every interval."""
         self.record = self.registry.new_record(app_id, app_name, spark_version=spark_version,
-                                               steward_version=steward_version)
+                                               steward_version=steward_version,
+                                               driver_pid=driver_pid)
         self.registry.write(self.record)
         self._thread = threading.Thread(target=self._beat, name="spark-steward-heartbeat",
                                         daemon=True)

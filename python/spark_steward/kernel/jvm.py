@@ -310,6 +310,41 @@ def ensure_callback_server(sc: "SparkContext") -> None:
     ensure_callback_server_started(sc._gateway)
 
 
+# -- the hosted runtime ---------------------------------------------------------------------------
+
+def hosted_context(timeout: float) -> "SparkContext | None":
+    """For ``python -m spark_steward.kernel.host``, started by the shim's ``RuntimeHost`` with
+    the driver's py4j gateway in its environment: a Python SparkContext wrapping that driver's
+    running context (it never builds or stops one), or None when the driver stopped or did not
+    finish starting within ``timeout`` seconds."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    gateway: Any = launch_gateway()  # connects to the gateway of PYSPARK_GATEWAY_PORT
+    shim: Any = gateway.jvm
+    for part in FACADE_CLASS.split("."):
+        shim = getattr(shim, part)
+    scala_sc = shim.hostedContext(int(timeout * 1000))
+    if scala_sc is None:
+        return None
+    jsc = gateway.jvm.org.apache.spark.api.java.JavaSparkContext(scala_sc)
+    # A copy of the driver's conf: pyspark sets its defaults into the conf it is given.
+    return SparkContext(gateway=gateway, jsc=jsc, conf=SparkConf(_jconf=jsc.getConf()))
+
+
+def yield_hosted_runtime(sc: "SparkContext") -> bool:
+    """The driver's own Python attaches: a runtime the plugin hosts for ``sc`` detaches and
+    is not started again (waits for it). True when there was one."""
+    if not shim_on_classpath(sc):
+        return False  # no plugin loaded, so nothing hosted
+    return bool(call(sc, "yieldHostedRuntime", context_handle(sc)))
+
+
+def hosted_runtime_pid(sc: "SparkContext") -> int:
+    """The pid of the runtime the plugin hosts in ``sc``'s JVM, -1 when none runs."""
+    return int(call(sc, "hostedRuntimePid")) if shim_on_classpath(sc) else -1
+
+
 def release(*objects: Any) -> None:
     """Drops py4j's references to JVM objects now instead of at Python's next GC."""
     for obj in objects:

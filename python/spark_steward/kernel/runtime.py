@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import logging
+import os
 import secrets
 import threading
 from dataclasses import replace
@@ -29,6 +30,7 @@ from spark_steward.kernel.executor import ExecutorContext
 from spark_steward.kernel.executor_package import ExecutorPackageWatch
 from spark_steward.kernel.heartbeat import ApplicationHeartbeat
 from spark_steward.kernel.jvm import PLUGIN_CLASS, EventBridgeHandle, SparkJvm, forget_facade
+from spark_steward.kernel.jvm import yield_hosted_runtime as jvm_yield_hosted_runtime
 from spark_steward.kernel.logs import forward_to_log4j, forwarded_level, stop_forwarding
 from spark_steward.kernel.metrics import RuntimeReport
 from spark_steward.kernel.pump import EventPump
@@ -116,8 +118,11 @@ S = TypeVar("S", bound=RuntimeService)
 class DriverRuntime:
     """spark-steward's state for one SparkContext. Build it with :func:`attach`."""
 
-    def __init__(self, sc: "SparkContext", *, explicit: bool) -> None:
+    def __init__(self, sc: "SparkContext", *, explicit: bool, hosted: bool = False) -> None:
         self.sc = sc
+        #: Whether this runtime runs beside the driver in its own process (the plugin's
+        #: ``RuntimeHost``), not in the driver's Python.
+        self.hosted = hosted
         self.jvm = SparkJvm(sc)
         if not self.jvm.has_plugin_api():
             raise SetupError(
@@ -197,8 +202,11 @@ class DriverRuntime:
         # attach() has sent the spark_steward logs to log4j already, before the runtime was
         # built: what the capabilities log while starting goes where Spark's logs go.
         """Writes the application record and starts every service in rank order."""
+        # Hosted, the driver is the JVM that started this process (RuntimeHost): the record
+        # names it, so a runtime that dies and restarts never makes a live application dead.
         self.heartbeat.start(self.app_id, self.app_name, spark_version=self.spark_version,
-                             steward_version=self.steward_version)
+                             steward_version=self.steward_version,
+                             driver_pid=os.getppid() if self.hosted else None)
         started: list[RuntimeService] = []
         try:
             for service in self.services:
@@ -220,8 +228,9 @@ class DriverRuntime:
         # every task's worker unpickles it as it starts).
         self.context_broadcast = self.sc.broadcast(self.context.to_broadcast())
         self.pump.start()
-        log.info("spark-steward %s attached to %s (storage %s)", self.steward_version,
-                 self.app_id, self.storage.url)
+        log.info("spark-steward %s attached to %s (storage %s%s)", self.steward_version,
+                 self.app_id, self.storage.url,
+                 f"; runtime pid {os.getpid()} beside the driver" if self.hosted else "")
 
     def before_context_stop(self) -> None:
         """Gives every service its last word before the SparkContext stops; a failure is logged."""
@@ -317,20 +326,27 @@ def current_runtime() -> DriverRuntime | None:
 
 
 @overload
-def attach(spark: Any = None, *, explicit: Literal[True] = True) -> DriverRuntime: ...
+def attach(spark: Any = None, *, explicit: Literal[True] = True,
+           hosted: bool = False) -> DriverRuntime: ...
 
 
 @overload
-def attach(spark: Any = None, *, explicit: bool) -> DriverRuntime | None: ...
+def attach(spark: Any = None, *, explicit: bool, hosted: bool = False) -> DriverRuntime | None: ...
 
 
-def attach(spark: Any = None, *, explicit: bool = True) -> DriverRuntime | None:
+def attach(spark: Any = None, *, explicit: bool = True,
+           hosted: bool = False) -> DriverRuntime | None:
     """Attaches spark-steward to the SparkContext of ``spark`` (a SparkSession or SparkContext;
     the active one when None) and returns the runtime. Idempotent per SparkContext.
 
     On a Spark older than the supported lines an explicit attach raises SetupError; the
     automatic one (``explicit=False``) logs one warning, once per process, attaches nothing
-    and returns None, so the application runs as plain Spark."""
+    and returns None, so the application runs as plain Spark.
+
+    ``hosted`` is for :mod:`spark_steward.kernel.host` only, the runtime the plugin runs
+    beside a driver with no Python of ours. Any other attach happens in the driver's own
+    Python, and a hosted runtime of the same context detaches first (one runtime per
+    application: the in-process one, which the user's calls and Spark hooks reach)."""
     global _current, _atexit_registered, _unavailable
     from pyspark import SparkContext
 
@@ -354,7 +370,10 @@ def attach(spark: Any = None, *, explicit: bool = True) -> DriverRuntime | None:
         # Before the runtime is built: what its construction logs (a plugin missing, a storage
         # failing the attach) goes where Spark's logs go too.
         forward_to_log4j(sc)
-        runtime = DriverRuntime(sc, explicit=explicit)
+        if not hosted and jvm_yield_hosted_runtime(sc):
+            log.info("spark-steward: the runtime the plugin hosted for %s detached; this "
+                     "process's runtime replaces it", sc.applicationId)
+        runtime = DriverRuntime(sc, explicit=explicit, hosted=hosted)
         runtime.start()
         _current, _unavailable = runtime, None
         install_patches()

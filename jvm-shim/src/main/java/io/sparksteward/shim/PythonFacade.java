@@ -9,6 +9,7 @@ import io.sparksteward.shim.checkpoint.CheckpointData;
 import io.sparksteward.shim.checkpoint.SegmentCodec;
 import io.sparksteward.shim.checkpoint.SegmentFiles;
 import io.sparksteward.shim.kernel.EventBridge;
+import io.sparksteward.shim.kernel.RuntimeHost;
 import io.sparksteward.shim.kernel.StewardMetrics;
 import io.sparksteward.shim.streams.StreamFiles;
 import io.sparksteward.shim.tables.CachedTables;
@@ -57,6 +58,27 @@ public final class PythonFacade {
   public static boolean eventBridgeInstalled(SparkContext sc) {
     EventBridge bridge = EventBridge.current();
     return bridge != null && bridge.serves(sc);
+  }
+
+  // -- the hosted runtime (RuntimeHost) -------------------------------------------------------
+
+  /** For the runtime the plugin hosts: its SparkContext once built, null after the timeout. */
+  public static SparkContext hostedContext(long timeoutMillis) throws InterruptedException {
+    return RuntimeHost.awaitContext(timeoutMillis);
+  }
+
+  /**
+   * The driver's own Python attaches in-process: a runtime the plugin hosts for {@code sc}
+   * detaches first and is not started again. True when there was one.
+   */
+  public static boolean yieldHostedRuntime(SparkContext sc) {
+    return RuntimeHost.yieldTo(sc);
+  }
+
+  /** The pid of the runtime the plugin hosts in this JVM, -1 when none runs. */
+  public static long hostedRuntimePid() {
+    RuntimeHost host = RuntimeHost.current();
+    return host == null ? -1 : host.pid();
   }
 
   /** Up to {@code max} events as one JSON batch; waits up to {@code waitMillis} for the first. */

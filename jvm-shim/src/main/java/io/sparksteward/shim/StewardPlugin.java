@@ -8,6 +8,7 @@ import io.sparksteward.shim.blob.PeerServer;
 import io.sparksteward.shim.kernel.Errors;
 import io.sparksteward.shim.kernel.EventBridge;
 import io.sparksteward.shim.kernel.Handover;
+import io.sparksteward.shim.kernel.RuntimeHost;
 import io.sparksteward.shim.kernel.StewardMetrics;
 import io.sparksteward.shim.local.AppEndDriver;
 import io.sparksteward.shim.local.AppEndExecutor;
@@ -48,15 +49,21 @@ public final class StewardPlugin implements SparkPlugin {
     private EventBridge bridge;
     private AppEndDriver appEnd;
     private StewardMetrics metrics;
+    private RuntimeHost host;
 
     @Override
     public Map<String, String> init(SparkContext sc, PluginContext pluginContext) {
+      // Our Python writes the record as it builds the context; without it, none runs here.
+      boolean driverPython = sc.conf().contains(Handover.KEY);
       Handover handover = Handover.forDriver(sc.conf());
       if (!handover.enabled) {
         return Collections.emptyMap();
       }
       bridge = EventBridge.install(sc, handover.eventsBufferCapacity);
       appEnd = AppEndDriver.start(sc, handover.localDir);
+      if (!driverPython) {
+        host = RuntimeHost.start(sc, Handover.pythonOf(sc.conf()));
+      }
       // Reaches the executors' init as their extra conf: the executor side acts only on it.
       Map<String, String> extra = new HashMap<>();
       extra.put(AppEndExecutor.ENABLED_KEY, "true");
@@ -79,6 +86,10 @@ public final class StewardPlugin implements SparkPlugin {
 
     @Override
     public void shutdown() {
+      // First, while the bridge still holds the last events for the runtime to deliver.
+      if (host != null) {
+        host.stop(RuntimeHost.STOP_TIMEOUT_MILLIS);
+      }
       // SparkContext.stop() has stopped the scheduler (and so told the executors to stop) by now.
       if (appEnd != null) {
         appEnd.shutdown();

@@ -171,7 +171,7 @@ public final class Handover {
   }
 
   /** The Python the driver's PySpark would run: Spark's own order of keys and variables. */
-  static String pythonOf(SparkConf conf) {
+  public static String pythonOf(SparkConf conf) {
     for (String key : new String[] {"spark.pyspark.driver.python", "spark.pyspark.python"}) {
       if (conf.contains(key) && !conf.get(key).trim().isEmpty()) {
         return conf.get(key).trim();

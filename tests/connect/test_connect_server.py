@@ -1,0 +1,134 @@
+"""spark-steward on a real Spark Connect server (``start-connect-server.sh``, local-cluster
+master), with clients in other processes.
+
+One server serves the first tests in file order (each checks several behaviours, one JVM start
+for all): the runtime the plugin hosts beside it, its liveness while it is killed and restarted,
+client jobs meanwhile, and the application's end. A second server is SIGKILLed, then collected
+by ``spark-steward gc``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from spark_steward.applications import ApplicationRegistry
+from spark_steward.lifecycle.liveness import Liveness
+from spark_steward.storage import Storage
+from tests.connect.harness import ConnectServer, alive, wait_until
+
+pytestmark = pytest.mark.skipif(
+    not (Path(__import__("pyspark").__file__).parent / "sbin" / "start-connect-server.sh")
+    .is_file() or __import__("pyspark").__version__ < "4", reason="needs pyspark 4's Connect server")
+
+
+def server_flags(storage: Path, local: Path, *extra: str) -> list[str]:
+    """``spark-steward conf --server``'s flags, as an operator would paste them."""
+    out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "conf", "--server",
+                          "--storage", storage.as_uri(), "--local-dir", str(local)],
+                         check=True, capture_output=True, text=True).stdout.split()
+    out += ["--conf", "spark.steward.heartbeat.interval=1s"]
+    for item in extra:
+        out += ["--conf", item]
+    return out
+
+
+def registry(storage: Path) -> ApplicationRegistry:
+    return ApplicationRegistry(Storage.from_url(storage.as_uri()), heartbeat_timeout=120)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ConnectServer, Path, Path]]:
+    work = tmp_path_factory.mktemp("connect")
+    storage, local = work / "storage", work / "local"
+    server = ConnectServer(work / "server", server_flags(storage, local))
+    (work / "server").mkdir()
+    with server:
+        yield server, storage, local
+
+
+def test_runtime_runs_beside_the_server_and_names_its_jvm(served) -> None:
+    server, storage, local = served
+    app = server.app_id()
+    wait_until(lambda: f"attached to {app}" in server.log(), 90, "the runtime's attach")
+    pids = server.runtime_pids()
+    assert len(pids) == 1, pids
+    assert f"runtime pid {pids[0]} beside the driver" in server.log()
+    # The record names the driver JVM, not the runtime: the verdict follows the server.
+    record = registry(storage).read(app)
+    assert record.pid == server.pid and record.finished_at is None
+    assert registry(storage).liveness(record) is Liveness.LIVE
+    # A client in another process: its job's result is plain Spark's.
+    got = server.client(
+        "from pyspark.sql import functions as F\n"
+        "df = spark.range(1000).withColumn('sq', F.col('id') * F.col('id'))\n"
+        "result = [df.count(), df.agg(F.sum('sq')).collect()[0][0]]")
+    assert got == [1000, sum(i * i for i in range(1000))]
+
+
+def test_a_killed_runtime_restarts_while_the_application_stays_live(served) -> None:
+    server, storage, local = served
+    app = server.app_id()
+    [first] = server.runtime_pids()
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: not alive(first), 10, "the killed runtime's exit")
+    # Ground truth: the server JVM runs, so the application is live, runtime or not.
+    assert alive(server.pid)
+    reg = registry(storage)
+    assert reg.liveness(reg.read(app)) is Liveness.LIVE
+    gc = subprocess.run([sys.executable, "-m", "spark_steward.cli", "gc", "--storage",
+                         storage.as_uri(), "--json"], capture_output=True, text=True, timeout=120)
+    assert gc.returncode == 0, gc.stderr
+    assert app not in gc.stdout
+    # A client's job meanwhile is served as before.
+    assert server.client("result = spark.range(7).count()") == 7
+    second = wait_until(lambda: [p for p in server.runtime_pids() if p != first], 60,
+                        "the restarted runtime")
+    log = server.log()
+    assert f"exited with status 137" in log or "exited with status" in log
+    assert "driver runtime started again" in log
+    before = reg.read(app).heartbeat_at
+    wait_until(lambda: reg.read(app).heartbeat_at > before, 30, "the new runtime's heartbeat")
+    assert reg.read(app).pid == server.pid and len(second) == 1
+
+
+def test_the_application_end_stops_the_runtime_and_finishes_its_record(served) -> None:
+    server, storage, local = served
+    app = server.app_id()
+    [runtime] = server.runtime_pids()
+    server.stop()
+    assert not alive(runtime)
+    record = registry(storage).read(app)
+    assert record is not None and record.finished_at is not None
+    assert "spark-steward detached from " + app in server.log()
+
+
+def test_a_killed_server_leaves_its_runtime_exiting_and_gc_collects(tmp_path: Path) -> None:
+    storage, local = tmp_path / "storage", tmp_path / "local"
+    (tmp_path / "server").mkdir()
+    with ConnectServer(tmp_path / "server", server_flags(storage, local),
+                       master="local[1]") as server:
+        app = server.app_id()
+        reg = registry(storage)
+        wait_until(lambda: f"attached to {app}" in server.log(), 90, "the runtime's attach")
+        [runtime] = server.runtime_pids()
+        server.kill()
+        # Its lifeline closed: the runtime exits without touching the JVM that is gone.
+        wait_until(lambda: not alive(runtime), 15, "the orphaned runtime's exit")
+        record = reg.read(app)
+        assert record.finished_at is None and reg.liveness(record) is Liveness.CRASHED
+        gc = subprocess.run([sys.executable, "-m", "spark_steward.cli", "gc", "--storage",
+                             storage.as_uri()], capture_output=True, text=True, timeout=120)
+        assert gc.returncode == 0, gc.stdout + gc.stderr
+        status = json.loads(subprocess.run(
+            [sys.executable, "-m", "spark_steward.cli", "status", "--storage", storage.as_uri(),
+             "--json"], capture_output=True, text=True, check=True).stdout)
+        assert [a for a in status["applications"] if a["app_id"] == app
+                and a["state"] == "live"] == []
