@@ -333,8 +333,9 @@ def hosted_context(timeout: float) -> "SparkContext | None":
 
 
 def yield_hosted_runtime(sc: "SparkContext") -> bool:
-    """The driver's own Python attaches: a runtime the plugin hosts for ``sc`` detaches and
-    is not started again (waits for it). True when there was one."""
+    """The driver's own Python attaches: a runtime the plugin hosts for ``sc`` ends (killed,
+    as in a crash: a detach would end the application) and is not started again. True when
+    there was one."""
     if not shim_on_classpath(sc):
         return False  # no plugin loaded, so nothing hosted
     return bool(call(sc, "yieldHostedRuntime", context_handle(sc)))

@@ -345,8 +345,9 @@ def attach(spark: Any = None, *, explicit: bool = True,
 
     ``hosted`` is for :mod:`spark_steward.kernel.host` only, the runtime the plugin runs
     beside a driver with no Python of ours. Any other attach happens in the driver's own
-    Python, and a hosted runtime of the same context detaches first (one runtime per
-    application: the in-process one, which the user's calls and Spark hooks reach)."""
+    Python, and a hosted runtime of the same context ends first, as if it had crashed (one
+    runtime per application: the in-process one, which the user's calls and Spark hooks
+    reach, takes the application over as a restarted runtime does)."""
     global _current, _atexit_registered, _unavailable
     from pyspark import SparkContext
 
@@ -371,8 +372,8 @@ def attach(spark: Any = None, *, explicit: bool = True,
         # failing the attach) goes where Spark's logs go too.
         forward_to_log4j(sc)
         if not hosted and jvm_yield_hosted_runtime(sc):
-            log.info("spark-steward: the runtime the plugin hosted for %s detached; this "
-                     "process's runtime replaces it", sc.applicationId)
+            log.info("spark-steward: the runtime the plugin hosted for %s ended; this "
+                     "process's runtime takes the application over", sc.applicationId)
         runtime = DriverRuntime(sc, explicit=explicit, hosted=hosted)
         runtime.start()
         _current, _unavailable = runtime, None

@@ -69,7 +69,7 @@ public final class PythonFacade {
 
   /**
    * The driver's own Python attaches in-process: a runtime the plugin hosts for {@code sc}
-   * detaches first and is not started again. True when there was one.
+   * ends first (as in a crash) and is not started again. True when there was one.
    */
   public static boolean yieldHostedRuntime(SparkContext sc) {
     return RuntimeHost.yieldTo(sc);

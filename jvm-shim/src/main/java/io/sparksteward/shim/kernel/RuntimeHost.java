@@ -166,16 +166,18 @@ public final class RuntimeHost {
   }
 
   /**
-   * The driver's own Python attached a runtime in-process (an explicit {@code
-   * spark_steward.attach} where the autoload was off): the hosted one detaches and is not
-   * started again. True when there was one.
+   * The driver's own Python attaches a runtime in-process (an explicit {@code
+   * spark_steward.attach} where the autoload was off): the hosted one ends as if it had
+   * crashed, and is not started again. Not a detach: a detach ends the application (its record
+   * finished, its blobs and folders removed) while it runs on; the runtime that attaches next
+   * takes the application over as a restarted one does. True when there was one.
    */
   public static boolean yieldTo(SparkContext sc) {
     RuntimeHost host = current;
     if (host == null || host.sc != sc) {
       return false;
     }
-    host.stop(TimeUnit.SECONDS.toMillis(60));
+    host.end(false, 0);
     return true;
   }
 
@@ -185,6 +187,11 @@ public final class RuntimeHost {
    * and closes the gateway.
    */
   public void stop(long timeoutMillis) {
+    end(true, timeoutMillis);
+  }
+
+  /** Ends hosting: with {@code detach}, as {@link #stop}; without, kills the runtime at once. */
+  private void end(boolean detach, long timeoutMillis) {
     Process running;
     synchronized (lock) {
       if (stopping) {
@@ -193,10 +200,13 @@ public final class RuntimeHost {
       stopping = true;
       lock.notifyAll();
       running = process;
-      closeLifeline(true);
+      closeLifeline(detach);
     }
     try {
-      if (running != null && !running.waitFor(timeoutMillis, TimeUnit.MILLISECONDS)) {
+      if (running != null && !detach) {
+        running.destroyForcibly();
+        running.waitFor(10, TimeUnit.SECONDS);
+      } else if (running != null && !running.waitFor(timeoutMillis, TimeUnit.MILLISECONDS)) {
         LOG.warn(Errors.PREFIX + "the driver runtime (pid {}) did not detach within {} ms; "
             + "killing it", pidOf(running), timeoutMillis);
         running.destroyForcibly();
