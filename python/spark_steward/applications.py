@@ -121,6 +121,59 @@ class CleanupBacklog:
             return None
 
 
+#: Open Connect sessions a record lists (the rest are counted), for the same reason.
+SESSIONS_KEPT = 100
+
+
+@dataclass(frozen=True)
+class SessionOwnership:
+    """One open Spark Connect session of the application and what it owns through
+    spark-steward, by capability: ``owns[kind] = (files, bytes)``."""
+
+    session_id: str
+    user_id: str
+    started_at: float
+    owns: dict[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class SessionsReport:
+    """The application's Spark Connect sessions as its record carries them (a Connect server's
+    record; None for a classic application): the open ones (the first :data:`SESSIONS_KEPT`
+    listed), how many are open in all and how many closed since the start."""
+
+    open: tuple[SessionOwnership, ...] = ()
+    open_total: int = 0
+    closed_total: int = 0
+
+    def bounded(self) -> "SessionsReport":
+        """This report as a record keeps it."""
+        return replace(self, open=self.open[:SESSIONS_KEPT],
+                       open_total=max(self.open_total, len(self.open)))
+
+    @classmethod
+    def from_json(cls, body: object) -> "SessionsReport | None":
+        """The report a record carries, bounded; None for anything else (it only informs)."""
+        if not isinstance(body, dict):
+            return None
+        try:
+            listed = body.get("open", [])
+            if not isinstance(listed, list):
+                return None
+            sessions = tuple(
+                SessionOwnership(str(s["session_id"]), str(s["user_id"]), float(s["started_at"]),
+                                 {str(k): (int(v[0]), int(v[1]))
+                                  for k, v in dict(s.get("owns") or {}).items()})
+                for s in listed[:SESSIONS_KEPT])
+            open_total, closed_total = int(body.get("open_total", 0)), int(
+                body.get("closed_total", 0))
+            if min(open_total, closed_total) < 0:
+                return None
+            return cls(sessions, max(open_total, len(sessions)), closed_total)
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError):
+            return None
+
+
 @dataclass(frozen=True)
 class ApplicationRecord:
     app_id: str
@@ -140,6 +193,8 @@ class ApplicationRecord:
     identity_format: int = 0
     #: What cleanup the application still owes (None in records of older versions).
     cleanup: CleanupBacklog | None = None
+    #: A Connect server's sessions and what each owns (None elsewhere and in older records).
+    sessions: SessionsReport | None = None
 
     @property
     def driver(self) -> DriverIdentity:
@@ -308,8 +363,9 @@ class ApplicationRegistry:
         # Fields a newer version added are ignored, so old CLIs still read new records.
         values = {k: v for k, v in body.items() if k in known}
         values["cleanup"] = CleanupBacklog.from_json(values.get("cleanup"))
+        values["sessions"] = SessionsReport.from_json(values.get("sessions"))
         for name, value in values.items():
-            if name == "cleanup":
+            if name in ("cleanup", "sessions"):
                 continue
             if not isinstance(value, _FIELD_TYPES[name]) or isinstance(value, bool):
                 raise RecordCorrupt(f"{self.storage.url_of(self.record_path(app_id))}: field "

@@ -115,6 +115,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             "finished_at": record.finished_at,
             "owns": {k: {"files": f, "bytes": b} for k, (f, b) in owned.items()},
             "cleanup": None if record.cleanup is None else asdict(record.cleanup),
+            "sessions": None if record.sessions is None else asdict(record.sessions),
         })
     if args.json:
         print(json.dumps({"storage": storage.url, "applications": rows}, indent=2))
@@ -129,9 +130,26 @@ def cmd_status(args: argparse.Namespace) -> int:
                          for k, v in row["owns"].items()) or "nothing"
         print(f"{row['app_id']:<28} {row['state']:<9} {row['host'][:16]:<16} "
               f"{ago(now - row['started_at']):<12} {ago(now - row['heartbeat_at']):<12} {owns}")
-        for line in _cleanup_lines(row["cleanup"], now):
+        for line in _cleanup_lines(row["cleanup"], now) + _session_lines(row["sessions"], now):
             print(f"  {line}")
     return 0
+
+
+def _session_lines(sessions: dict[str, Any] | None, now: float) -> list[str]:
+    """A Connect server's open sessions at its last heartbeat, each with what it owns."""
+    if not sessions:
+        return []
+    lines = [f"Connect sessions: {sessions['open_total']} open, {sessions['closed_total']} "
+             "closed (what a session owned was released when it closed)"]
+    for s in sessions["open"]:
+        owns = ", ".join(f"{k}: {plural(files, 'file')}, {human_size(size)}"
+                         for k, (files, size) in s["owns"].items()) or "nothing"
+        lines.append(f"  session {s['session_id']} of {s['user_id']}, opened "
+                     f"{ago(now - s['started_at'])}: {owns}")
+    if sessions["open_total"] > len(sessions["open"]):
+        lines.append(f"  ... and {sessions['open_total'] - len(sessions['open'])} more "
+                     "(the record lists the first ones)")
+    return lines
 
 
 def _cleanup_lines(backlog: dict[str, Any] | None, now: float) -> list[str]:

@@ -103,6 +103,7 @@ class ConnectServer:
                     *flags]
         self.pid = -1
         self._children: set[int] = set()
+        self._clients: list[subprocess.Popen[str]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -146,6 +147,10 @@ class ConnectServer:
     def kill_everything(self) -> None:
         """The server, its hosted runtime and its executors: SIGKILL to whatever still runs."""
         self._remember_children()
+        for client in self._clients:
+            if client.poll() is None:
+                client.kill()
+                client.wait(10)
         for pid in [self.pid, *self._children]:
             if pid > 0 and alive(pid):
                 try:
@@ -194,6 +199,24 @@ class ConnectServer:
                       and _ppid(int(n)) == self.pid and HOST_MODULE in _cmdline(int(n)))
 
     # -- clients -----------------------------------------------------------------------------
+
+    def held_client(self, code: str) -> tuple[subprocess.Popen[str], Any]:
+        """Runs ``code`` in a new client process that then holds its session open (until
+        killed); returns the process and what the code assigned to ``result``."""
+        script = ("import json, sys, time\nfrom pyspark.sql import SparkSession\n"
+                  f"spark = SparkSession.builder.remote({self.url!r}).getOrCreate()\n"
+                  "result = None\n" + code +
+                  "\nprint('RESULT=' + json.dumps(result), flush=True)\ntime.sleep(3600)\n")
+        env = dict(os.environ)
+        env.pop("SPARK_REMOTE", None)
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        self._clients.append(proc)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("RESULT="):
+                return proc, json.loads(line[len("RESULT="):])
+        raise AssertionError(f"the held client ended: {proc.stderr.read()[-4000:] if proc.stderr else ''}")
 
     def client(self, code: str, *, timeout: float = 120,
                env: dict[str, str] | None = None) -> Any:

@@ -48,7 +48,10 @@ def registry(storage: Path) -> ApplicationRegistry:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ConnectServer, Path, Path]]:
     work = tmp_path_factory.mktemp("connect")
     storage, local = work / "storage", work / "local"
-    server = ConnectServer(work / "server", server_flags(storage, local))
+    # Sessions of killed clients expire in seconds, not the default hour.
+    server = ConnectServer(work / "server", server_flags(
+        storage, local, "spark.connect.session.manager.defaultSessionTimeout=8s",
+        "spark.connect.session.manager.maintenanceInterval=1s"))
     (work / "server").mkdir()
     with server:
         yield server, storage, local
@@ -99,6 +102,51 @@ def test_a_killed_runtime_restarts_while_the_application_stays_live(served) -> N
     assert reg.read(app).pid == server.pid and len(second) == 1
 
 
+def checkpoint_folders(storage: Path, app: str) -> set[str]:
+    """Ground truth: the rdd-<id> folders in the server's checkpoint dir."""
+    return {p.name for p in (storage / "apps" / app / "spark-checkpoints").glob("*/rdd-*")}
+
+
+def sessions_of(storage: Path) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "status", "--storage",
+                          storage.as_uri(), "--json"], capture_output=True, text=True, check=True)
+    [app] = json.loads(out.stdout)["applications"]
+    return app["sessions"] or {"open": [], "open_total": 0, "closed_total": 0}
+
+
+def test_each_connect_session_owns_its_checkpoints_until_it_closes(served) -> None:
+    server, storage, local = served
+    app = server.app_id()
+    closed_before = sessions_of(storage)["closed_total"]
+    # A client that keeps its session, then is SIGKILLed without releasing anything.
+    held, (held_count, held_session) = server.held_client(
+        "df = spark.range(50).selectExpr('id * 3 AS x').checkpoint()\n"
+        "result = [df.selectExpr('sum(x)').collect()[0][0], spark.client._session_id]")
+    assert held_count == 3 * sum(range(50))
+    held_folders = wait_until(lambda: checkpoint_folders(storage, app), 20, "the held folder")
+    # Another client checkpoints too and releases its session cleanly.
+    other_count, other_session = server.client(
+        "df = spark.range(20).checkpoint()\n"
+        "result = [df.count(), spark.client._session_id]\nspark.stop()")
+    assert other_count == 20 and other_session != held_session
+    # The released session's folder goes; the held session's stays, and status says whose.
+    wait_until(lambda: checkpoint_folders(storage, app) == held_folders, 30,
+               "the released session's folder deleted, the other's kept")
+    sessions = wait_until(lambda: sessions_of(storage)["closed_total"] > closed_before
+                          and sessions_of(storage), 10, "the record's sessions")
+    [open_session] = [s for s in sessions["open"] if s["session_id"] == held_session]
+    files, size = open_session["owns"]["checkpoints"]
+    truth = [p for p in (storage / "apps" / app / "spark-checkpoints").rglob("*") if p.is_file()]
+    assert files == len(truth) and size == sum(p.stat().st_size for p in truth) and size > 0
+    assert other_session not in [s["session_id"] for s in sessions["open"]]
+    # The killed client's session expires; what it owned goes with it.
+    held.kill()
+    held.wait(10)
+    wait_until(lambda: not checkpoint_folders(storage, app), 60, "the expired session's folder")
+    wait_until(lambda: held_session not in [s["session_id"] for s in sessions_of(storage)["open"]],
+               10, "the expired session gone from the record")
+
+
 def test_the_application_end_stops_the_runtime_and_finishes_its_record(served) -> None:
     server, storage, local = served
     app = server.app_id()
@@ -119,6 +167,9 @@ def test_a_killed_server_leaves_its_runtime_exiting_and_gc_collects(tmp_path: Pa
         reg = registry(storage)
         wait_until(lambda: f"attached to {app}" in server.log(), 90, "the runtime's attach")
         [runtime] = server.runtime_pids()
+        # A client's checkpoint, then the server dies with the session open.
+        assert server.client("result = spark.range(30).checkpoint().count()") == 30
+        assert checkpoint_folders(storage, app)
         server.kill()
         # Its lifeline closed: the runtime exits without touching the JVM that is gone.
         wait_until(lambda: not alive(runtime), 15, "the orphaned runtime's exit")
@@ -132,3 +183,5 @@ def test_a_killed_server_leaves_its_runtime_exiting_and_gc_collects(tmp_path: Pa
              "--json"], capture_output=True, text=True, check=True).stdout)
         assert [a for a in status["applications"] if a["app_id"] == app
                 and a["state"] == "live"] == []
+        # What the dead server's sessions owned is gone with it.
+        assert not checkpoint_folders(storage, app)

@@ -11,6 +11,13 @@
   ``checkpointCleaned`` event makes the store discard the entry, retried until it is gone.
 - At ``spark.stop()`` every entry of the application is discarded; after a crash the next attach
   or ``spark-steward gc`` does it (the application is dead).
+- On a Spark Connect server no user call reaches Python: a client's ``df.checkpoint()`` runs in
+  the server's JVM. The runtime hosted there gives the context a checkpoint dir in the
+  application's owned storage when it has none (so the call works at all), and tells each
+  ``rdd-<id>`` folder's session from the jobs' Connect tags: the first job of a session whose
+  stages hold RDD ``<id>`` and after which the folder exists. The folder is that session's,
+  discarded when the session closes or expires (a client killed without releasing its
+  DataFrames included); an untagged folder is the application's.
 
 Nothing here changes what the user's calls return or raise.
 """
@@ -25,8 +32,13 @@ from spark_steward.checkpoint import spark_checkpoints as hooks
 from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, spark_series)
 from spark_steward.checkpoint.store import CheckpointStore
+from spark_steward.applications import ApplicationRegistry
 from spark_steward.checkpoint.config_keys import CHECKPOINTS_TRANSPARENT
-from spark_steward.kernel.events import CheckpointCleaned, JobEnd, RddCleaned, SparkEvent
+from spark_steward.errors import StewardError
+from spark_steward.kernel import jvm
+from spark_steward.kernel.events import (CheckpointCleaned, JobEnd, JobStart, RddCleaned,
+                                         SparkEvent)
+from spark_steward.kernel.sessions import session_of_tags
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -52,6 +64,12 @@ class SparkCheckpointOwner:
         self._lock = threading.Lock()
         self._unsubscribe: Callable[[], None] | None = None
         self.active = False
+        #: Running jobs of Connect sessions: job id -> (session id, the RDDs of its stages).
+        self._session_jobs: dict[int, tuple[str, frozenset[int]]] = {}
+        #: What each open Connect session owns: session id -> {rdd id: (entry, files, bytes)}.
+        self._by_session: dict[str, dict[int, tuple[CheckpointEntry, int, int]]] = {}
+        #: The checkpoint dir the session folders are looked for in (None: no dir).
+        self._context_dir: str | None = None
 
     def start(self) -> None:
         """Installs the hooks that own Spark's checkpoints, when ``checkpoints.transparent`` is on.
@@ -64,6 +82,7 @@ class SparkCheckpointOwner:
         self._unsubscribe = self.runtime.dispatcher.subscribe(self._on_event,
                                                               "spark-checkpoints")
         self.active = True
+        self._default_dir_for_connect()
         # A checkpoint dir set before attach (explicit attach in a notebook) is owned from now.
         existing = hooks.checkpoint_dir(self.runtime.sc)
         if existing:
@@ -91,6 +110,7 @@ class SparkCheckpointOwner:
         if not self._on(sc):
             return
         with self._lock:
+            self._context_dir = url
             if url in self._dirs:
                 return
             self._dirs[url] = self.store.begin(self.series, kind=CheckpointKind.SPARK_CONTEXT_DIR,
@@ -143,8 +163,17 @@ class SparkCheckpointOwner:
                 entry = self._rdds.pop(event.rdd_id, None)
             if entry is not None:
                 self.store.discard(entry, f"Spark's cleaner dropped RDD {event.rdd_id}")
+        elif isinstance(event, JobStart):
+            session = session_of_tags(event.job_tags)
+            if session is not None and self._context_dir is not None:
+                with self._lock:
+                    self._session_jobs[event.job_id] = (session[0], frozenset(event.rdd_ids))
         elif isinstance(event, JobEnd):
             self._complete_written()
+            with self._lock:
+                job = self._session_jobs.pop(event.job_id, None)
+            if job is not None:
+                self._claim_for_session(*job)
 
     def _complete_written(self) -> None:
         """Lazily checkpointed RDDs are written by the first job that computes them."""
@@ -161,6 +190,79 @@ class SparkCheckpointOwner:
                 with self._lock:
                     if self._rdds.get(rdd_id) is entry:
                         self._rdds[rdd_id] = self.store.complete(entry)
+
+
+    # -- Connect sessions ----------------------------------------------------------------------
+
+    def _default_dir_for_connect(self) -> None:
+        """A runtime hosted beside a driver (a Connect server) gives a context without a
+        checkpoint dir one in the application's owned storage: a client's ``df.checkpoint()``
+        fails on plain Spark Connect until an operator sets one."""
+        runtime = self.runtime
+        if not runtime.hosted or hooks.checkpoint_dir(runtime.sc) is not None:
+            return
+        if not runtime.storage_shared:
+            log.info("df.checkpoint() from Connect clients needs a checkpoint dir every executor "
+                     "reaches: set spark.checkpoint.dir, or spark.steward.storage.dir (then "
+                     "spark-steward gives the server one it owns)")
+            return
+        rel = f"{ApplicationRegistry.owned_path(runtime.app_id)}/spark-checkpoints"
+        try:
+            url = jvm.hadoop_url(runtime.storage.url_of(rel))
+            runtime.sc.setCheckpointDir(url)
+        except Exception as exc:  # noqa: BLE001 - Spark's own call or the URL: logged, no dir
+            log.warning("could not give this Connect server a checkpoint dir (%s): %s", rel, exc)
+            return
+        log.info("Connect clients' df.checkpoint() writes below %s (owned by spark-steward; "
+                 "set spark.checkpoint.dir to choose another dir)", url)
+
+    def _claim_for_session(self, session_id: str, rdd_ids: frozenset[int]) -> None:
+        """After a job of ``session_id``: the ``rdd-<id>`` folders of its RDDs that nobody has
+        claimed become that session's."""
+        folder = self._context_dir
+        if folder is None or not rdd_ids:
+            return
+        try:
+            at = self.store.storage_at(folder)
+            names = at.list_names()
+        except (StewardError, OSError) as exc:
+            log.debug("could not list %s: %s", folder, exc)
+            return
+        for name in names:
+            number = name[len("rdd-"):] if name.startswith("rdd-") else ""
+            if not number.isdigit() or int(number) not in rdd_ids:
+                continue
+            rdd_id = int(number)
+            with self._lock:
+                if rdd_id in self._rdds:
+                    continue  # claimed already (an earlier job, or the user's own hook)
+            try:
+                files, size = at.usage(name)
+            except (StewardError, OSError):
+                files, size = 0, 0
+            url = f"{folder.rstrip('/')}/{name}"
+            self._register(rdd_id, url, written=True)
+            with self._lock:
+                entry = self._rdds.get(rdd_id)
+                if entry is not None:
+                    self._by_session.setdefault(session_id, {})[rdd_id] = (entry, files, size)
+
+    def session_closed(self, session_id: str) -> None:
+        """The session's checkpoint folders are discarded (retried until gone)."""
+        with self._lock:
+            owned = self._by_session.pop(session_id, {})
+            for rdd_id in owned:
+                self._rdds.pop(rdd_id, None)
+        for rdd_id, (entry, _, _) in owned.items():
+            self.store.discard(entry, f"its Connect session {session_id} closed")
+
+    def session_owns(self, session_id: str) -> dict[str, tuple[int, int]]:
+        """``{"checkpoints": (files, bytes)}`` of the session's folders, as claimed."""
+        with self._lock:
+            owned = list(self._by_session.get(session_id, {}).values())
+        if not owned:
+            return {}
+        return {"checkpoints": (sum(f for _, f, _ in owned), sum(b for _, _, b in owned))}
 
 
 _owner: SparkCheckpointOwner | None = None

@@ -98,6 +98,16 @@ class CheckpointService(RuntimeService):
     def cleanup_backlog(self) -> CleanupBacklog | None:
         return None if self.store is None else self.store.cleaner.backlog()
 
+    def session_closed(self, session_id: str) -> None:
+        if self.spark_checkpoints is not None:
+            self.spark_checkpoints.session_closed(session_id)
+
+    def session_owns(self, session_id: str) -> Mapping[str, tuple[int, int]]:
+        if self.spark_checkpoints is None:
+            return {}
+        owns: Mapping[str, tuple[int, int]] = self.spark_checkpoints.session_owns(session_id)
+        return owns
+
     def before_context_stop(self, runtime: "DriverRuntime") -> None:
         if self.spark_checkpoints is not None:
             self.spark_checkpoints.stop()

@@ -82,6 +82,12 @@ class CheckpointStore:
         same = {"s3a": "s3", "s3n": "s3"}.get(scheme, scheme) == self.storage.protocol
         return dict(self.storage.options) if same else {}
 
+    def storage_at(self, url: str) -> Storage:
+        """A Storage rooted at ``url`` (a Hadoop or fsspec URL), with this store's options
+        where it is on the same filesystem."""
+        parent, _ = url_storage(url.rstrip("/") + "/_", **self._options_for(url))
+        return parent
+
     # -- failover ----------------------------------------------------------------------------
 
     def recover(self, orphan_grace: float, *, dry_run: bool = False) -> RecoveryReport:

@@ -23,6 +23,8 @@ class JobStart:
     job_group: str | None
     job_tags: str | None
     properties: Mapping[str, str] = field(default_factory=dict)
+    #: Every RDD of the job's stages (the first 2,048): who computed, or wrote, which RDD.
+    rdd_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,9 +167,30 @@ class StreamTerminated:
     exception: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class SessionStarted:
+    """A Spark Connect session started on this driver (a Connect server)."""
+
+    seq: int
+    time: int
+    session_id: str
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClosed:
+    """A Spark Connect session ended: its client released it, it expired, or the server
+    stops."""
+
+    seq: int
+    time: int
+    session_id: str
+    user_id: str
+
+
 SparkEvent = Union[JobStart, JobEnd, TaskStart, TaskEnd, ExecutorAdded, ExecutorRemoved,
                    ApplicationEnd, CheckpointCleaned, RddCleaned, StreamLocation, StreamStarted,
-                   StreamProgress, StreamTerminated]
+                   StreamProgress, StreamTerminated, SessionStarted, SessionClosed]
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +208,8 @@ class EventBatch:
 # CheckpointCleanWatch) and mirrored here.
 
 def _job_start(r: list[Any]) -> JobStart:
-    return JobStart(r[0], r[2], r[3], tuple(r[4]), r[5], r[6], dict(r[7] or {}))
+    return JobStart(r[0], r[2], r[3], tuple(r[4]), r[5], r[6], dict(r[7] or {}),
+                    tuple(r[8]) if len(r) > 8 else ())
 
 
 def _job_end(r: list[Any]) -> JobEnd:
@@ -237,7 +261,17 @@ def _stream_terminated(r: list[Any]) -> StreamTerminated:
     return StreamTerminated(r[0], r[2], r[3], r[4], r[5])
 
 
+def _session_started(r: list[Any]) -> SessionStarted:
+    return SessionStarted(r[0], r[2], str(r[3]), str(r[4]))
+
+
+def _session_closed(r: list[Any]) -> SessionClosed:
+    return SessionClosed(r[0], r[2], str(r[3]), str(r[4]))
+
+
 _DECODERS: dict[str, Callable[[list[Any]], SparkEvent]] = {
+    "session_started": _session_started,
+    "session_closed": _session_closed,
     "job_start": _job_start,
     "job_end": _job_end,
     "task_start": _task_start,

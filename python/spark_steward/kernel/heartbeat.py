@@ -9,7 +9,8 @@ import threading
 from dataclasses import replace
 from typing import Protocol
 
-from spark_steward.applications import ApplicationRecord, ApplicationRegistry, CleanupBacklog
+from spark_steward.applications import (ApplicationRecord, ApplicationRegistry, CleanupBacklog,
+                                         SessionsReport)
 from spark_steward.errors import StewardError
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,9 @@ class BeatReport(Protocol):
 
     def publish(self, backlog: CleanupBacklog | None = None) -> None:
         """Publishes ``backlog`` with the application record."""
+
+    def sessions(self) -> SessionsReport | None:
+        """The Connect sessions the record carries (None for a classic application)."""
 
 
 class ApplicationHeartbeat:
@@ -67,9 +71,14 @@ class ApplicationHeartbeat:
             return record
         try:
             backlog = self.report.backlog()
-            return replace(record, cleanup=None if backlog is None else backlog.bounded())
+            record = replace(record, cleanup=None if backlog is None else backlog.bounded())
         except Exception:  # the backlog only informs: the heartbeat must go on
             log.exception("spark-steward could not collect %s's cleanup backlog",
+                          record.app_id)
+        try:
+            return replace(record, sessions=self.report.sessions())
+        except Exception:  # so do the sessions
+            log.exception("spark-steward could not collect %s's Connect sessions",
                           record.app_id)
             return record
 

@@ -16,7 +16,7 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, Sequence
 
-from spark_steward.applications import CleanupBacklog
+from spark_steward.applications import CleanupBacklog, SessionsReport
 from spark_steward.kernel import jvm
 
 if TYPE_CHECKING:
@@ -107,10 +107,13 @@ class RuntimeReport:
     and the metrics it publishes."""
 
     def __init__(self, sc: "SparkContext", services: Sequence[Reporting],
-                 events_dropped: Callable[[], int]) -> None:
+                 events_dropped: Callable[[], int],
+                 sessions: Callable[[], SessionsReport | None] = lambda: None) -> None:
         self.sc = sc
         self.services = services
         self.events_dropped = events_dropped
+        #: The Connect sessions the record carries (:meth:`sessions`).
+        self._sessions = sessions
         self._told_unregistered = False
         self._told_failed = False
         #: A push was taken once: failures after it are the context stopping, not a set-up
@@ -120,6 +123,10 @@ class RuntimeReport:
     def backlog(self) -> CleanupBacklog:
         """Every capability's outstanding cleanup, added up."""
         return backlog_of(self.services)
+
+    def sessions(self) -> SessionsReport | None:
+        """The application's Connect sessions and what each owns (None when it has none)."""
+        return self._sessions()
 
     def publish(self, backlog: CleanupBacklog | None = None) -> None:
         """Pushes the current snapshot to Spark's metrics system; never raises."""

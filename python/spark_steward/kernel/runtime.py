@@ -35,6 +35,7 @@ from spark_steward.kernel.logs import forward_to_log4j, forwarded_level, stop_fo
 from spark_steward.kernel.metrics import RuntimeReport
 from spark_steward.kernel.pump import EventPump
 from spark_steward.kernel.services import discover
+from spark_steward.kernel.sessions import SessionScopes
 from spark_steward.kernel.shim import jar_path
 from spark_steward.private import ensure_private_root
 from spark_steward.storage import Storage
@@ -86,6 +87,16 @@ class RuntimeService:
         """The capability's outstanding and given-up deletions, for the application record
         (``spark-steward status``) and the ``cleanup.*`` metrics; asked every heartbeat."""
         return None
+
+    def session_closed(self, session_id: str) -> None:
+        """A Spark Connect session ended (:mod:`spark_steward.kernel.sessions`): release what
+        it owned, with the capability's retried cleanup. Called on the event thread."""
+        return None
+
+    def session_owns(self, session_id: str) -> Mapping[str, tuple[int, int]]:
+        """What the open Connect session ``session_id`` owns through this capability, by kind:
+        ``(files, bytes)``; asked every heartbeat for the application record."""
+        return {}
 
 
 def call_hooks(service: RuntimeService) -> None:
@@ -155,6 +166,9 @@ class DriverRuntime:
         # Built before the event bridge is installed: a capability that cannot be found or
         # built fails attach with nothing installed in the JVM yet.
         self.services: list[RuntimeService] = build_services()
+        #: The Connect sessions of this application (a Connect server's), as owner scopes.
+        self.sessions = SessionScopes(lambda: self.services)
+        self.dispatcher.subscribe(self.sessions.on_event, "connect-sessions")
         self.bridge: EventBridgeHandle = self.jvm.event_bridge(
             None if self.jvm.shim_on_classpath() else str(jar_path(conf.get(SHIM_JAR))),
             conf.get(EVENTS_BUFFER_CAPACITY))
@@ -179,7 +193,8 @@ class DriverRuntime:
         self.context_broadcast: "Broadcast[dict[str, Any]] | None" = None
         # The heartbeat is the kernel's own and starts first: every capability's start may
         # judge other applications by their records, and this one's must exist by then.
-        self.report = RuntimeReport(sc, self.services, lambda: self.dispatcher.dropped)
+        self.report = RuntimeReport(sc, self.services, lambda: self.dispatcher.dropped,
+                                    sessions=self.sessions.report)
         self.heartbeat = ApplicationHeartbeat(self.registry, conf.get(HEARTBEAT_INTERVAL),
                                               report=self.report)
         self._stopped = False

@@ -13,6 +13,8 @@ import org.apache.spark.api.plugin.PluginContext;
 import org.apache.spark.api.python.PythonFunction;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.scheduler.SparkListenerJobStart;
+import org.apache.spark.scheduler.StageInfo;
+import org.apache.spark.storage.RDDInfo;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.ExperimentalMethods;
 import org.apache.spark.sql.Row;
@@ -210,6 +212,8 @@ public final class SparkCompat {
 
   private static final class Others {
     static final MethodHandle STAGE_IDS = method(SparkListenerJobStart.class, "stageIds", 0);
+    static final MethodHandle STAGE_INFOS = method(SparkListenerJobStart.class, "stageInfos", 0);
+    static final MethodHandle RDD_INFOS = method(StageInfo.class, "rddInfos", 0);
     /** (schema, timeZone, errorOnDuplicatedFieldNames, largeVarTypes[, 4.3's third flag]). */
     static final MethodHandle ARROW_SCHEMA = firstNonNull(
         method(ArrowUtils.class, "toArrowSchema", 5), method(ArrowUtils.class, "toArrowSchema", 4));
@@ -217,6 +221,20 @@ public final class SparkCompat {
 
   public static List<Integer> stageIds(SparkListenerJobStart event) {
     return list(call(Others.STAGE_IDS, "job stage ids", event));
+  }
+
+  /** The ids of every RDD in the job's stages, each once, the first {@code max} of them. */
+  public static List<Integer> rddIds(SparkListenerJobStart event, int max) {
+    java.util.LinkedHashSet<Integer> ids = new java.util.LinkedHashSet<>();
+    for (Object stage : list(call(Others.STAGE_INFOS, "job stage infos", event))) {
+      for (Object rdd : list(call(Others.RDD_INFOS, "stage RDD infos", stage))) {
+        if (ids.size() >= max) {
+          return new ArrayList<>(ids);
+        }
+        ids.add(((RDDInfo) rdd).id());
+      }
+    }
+    return new ArrayList<>(ids);
   }
 
   /** Spark's Arrow schema for {@code schema}: duplicate names fail, no large variable types. */
@@ -283,6 +301,7 @@ public final class SparkCompat {
         "extra optimizer rules", Sessions.EXTRA_OPTIMIZATIONS,
         "extra optimizer rules (set)", Sessions.SET_EXTRA_OPTIMIZATIONS,
         "job stage ids", Others.STAGE_IDS, "Arrow schema", Others.ARROW_SCHEMA,
+        "job stage infos", Others.STAGE_INFOS, "stage RDD infos", Others.RDD_INFOS,
     };
     List<String> missing = new ArrayList<>();
     for (int i = 0; i < named.length; i += 2) {

@@ -22,18 +22,21 @@ import org.apache.spark.sql.streaming.StreamingQueryListener;
 /**
  * Turns the listener events spark-steward needs into encoded records and hands them to the
  * buffer. Field order per type (after seq, type, time) must match Python's decoders:
- * job_start [job_id, stage_ids, job_group, job_tags, properties]; job_end [job_id, result,
+ * job_start [job_id, stage_ids, job_group, job_tags, properties, rdd_ids]; job_end [job_id, result,
  * message]; task_start [task_id, stage_id, stage_attempt, partition, index, attempt, executor_id,
  * host]; task_end [the same, reason, message, task_type]; executor_added [executor_id, host,
  * cores]; executor_removed [executor_id, message]; application_end []; stream_started [query_id,
  * run_id, name]; stream_progress [query_id, run_id, batch_id]; stream_terminated [query_id,
- * run_id, exception]. Runs on Spark's listener thread, so it only encodes and offers: no IO, no
+ * run_id, exception]; session_started and session_closed [session_id, user_id] (Spark
+ * Connect's sessions, {@link ConnectSessionEvents}). Runs on Spark's listener thread, so it only encodes and offers: no IO, no
  * locks held across calls, no calls into Python.
  */
 final class StewardListener extends SparkListener {
   /** Local properties forwarded with job start: ours, plus what identifies the job to a user. */
   private static final String JOB_GROUP = "spark.jobGroup.id";
   private static final String JOB_TAGS = "spark.job.tags";
+  /** RDD ids a job_start carries at most (a plan of thousands of RDDs is cut, not copied). */
+  static final int MAX_RDD_IDS = 2048;
 
   private final EventBuffer buffer;
 
@@ -62,7 +65,8 @@ final class StewardListener extends SparkListener {
         .nums(stages)
         .str(group)
         .str(tags)
-        .map(steward));
+        .map(steward)
+        .nums(SparkCompat.rddIds(e, MAX_RDD_IDS)));
   }
 
   @Override
@@ -137,6 +141,11 @@ final class StewardListener extends SparkListener {
       buffer.offer(EventEncoder.event("stream_terminated", now)
           .str(t.id().toString()).str(t.runId().toString())
           .str(t.exception().isDefined() ? t.exception().get() : null));
+    } else {
+      EventEncoder.Builder session = ConnectSessionEvents.encode(e);
+      if (session != null) {
+        buffer.offer(session);
+      }
     }
   }
 
