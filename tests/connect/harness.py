@@ -80,19 +80,26 @@ class ConnectServer:
     """One Connect server started by ``start-connect-server.sh`` with ``flags``."""
 
     def __init__(self, work: Path, flags: list[str], *, master: str = "local-cluster[1,1,1024]",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, spark_home: Path | None = None) -> None:
         self.work = work
+        self.home = spark_home or _spark_home()
         self.port = _free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
         self.logs = work / "logs"
         self.env = dict(os.environ, SPARK_LOG_DIR=str(self.logs), SPARK_PID_DIR=str(work),
                         SPARK_IDENT_STRING=IDENT, SPARK_LOCAL_IP="127.0.0.1",
                         PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-                        SPARK_HOME=str(_spark_home()))
+                        SPARK_HOME=str(self.home))
         install(self.env)
         self.env.pop("SPARK_REMOTE", None)
         self.env.update(env or {})
-        self.cmd = [str(_spark_home() / "sbin" / "start-connect-server.sh"),
+        # pip's pyspark 4.0 ships the server jar without the script, which only runs this.
+        script = self.home / "sbin" / "start-connect-server.sh"
+        self._daemon = script.is_file()
+        launcher = [str(script)] if self._daemon else [
+            str(self.home / "bin" / "spark-submit"), "--class", SERVER_CLASS]
+        self._process: subprocess.Popen[bytes] | None = None
+        self.cmd = [*launcher,
                     "--master", master,
                     "--conf", "spark.driver.host=127.0.0.1",
                     "--conf", "spark.driver.bindAddress=127.0.0.1",
@@ -100,7 +107,7 @@ class ConnectServer:
                     "--conf", f"spark.connect.grpc.binding.port={self.port}",
                     "--conf", "spark.ui.enabled=false",
                     "--conf", "spark.executor.cores=1",
-                    *flags]
+                    *flags, *([] if self._daemon else ["spark-internal"])]
         self.pid = -1
         self._children: set[int] = set()
         self._clients: list[subprocess.Popen[str]] = []
@@ -109,11 +116,19 @@ class ConnectServer:
 
     def start(self, timeout: float = 150) -> "ConnectServer":
         """Starts the server and waits until it accepts gRPC connections."""
-        done = subprocess.run(self.cmd, env=self.env, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stdout + done.stderr
-        pid_file = self.work / f"spark-{IDENT}-{SERVER_CLASS}-1.pid"
-        self.pid = int(wait_until(lambda: pid_file.is_file() and pid_file.read_text().strip(),
-                                  30, "the server's pid file"))
+        if self._daemon:
+            done = subprocess.run(self.cmd, env=self.env, capture_output=True, text=True,
+                                  timeout=60)
+            assert done.returncode == 0, done.stdout + done.stderr
+            pid_file = self.work / f"spark-{IDENT}-{SERVER_CLASS}-1.pid"
+            self.pid = int(wait_until(lambda: pid_file.is_file() and pid_file.read_text().strip(),
+                                      30, "the server's pid file"))
+        else:  # spark-submit execs the JVM: the child is the server
+            self.logs.mkdir(parents=True, exist_ok=True)
+            with open(self.logs / "server.out", "wb") as out:
+                self._process = subprocess.Popen(self.cmd, env=self.env, stdout=out,
+                                                 stderr=subprocess.STDOUT)
+            self.pid = self._process.pid
 
         def accepting() -> bool:
             assert alive(self.pid), f"the Connect server died:\n{self.log()[-4000:]}"
@@ -131,8 +146,11 @@ class ConnectServer:
         until the JVM is gone; SIGKILL after ``timeout``."""
         if self.pid > 0 and alive(self.pid):
             self._remember_children()
-            subprocess.run([str(_spark_home() / "sbin" / "stop-connect-server.sh")],
-                           env=self.env, capture_output=True, timeout=60)
+            if self._daemon:
+                subprocess.run([str(self.home / "sbin" / "stop-connect-server.sh")],
+                               env=self.env, capture_output=True, timeout=60)
+            else:  # what spark-daemon.sh stop sends
+                os.kill(self.pid, signal.SIGTERM)
             try:
                 wait_until(lambda: not alive(self.pid), timeout, "the server's exit", step=0.2)
             finally:
@@ -157,6 +175,8 @@ class ConnectServer:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        if self._process is not None:
+            self._process.wait(10)
 
     def _remember_children(self) -> None:
         app = self.app_id(wait=0)
@@ -200,17 +220,19 @@ class ConnectServer:
 
     # -- clients -----------------------------------------------------------------------------
 
-    def held_client(self, code: str) -> tuple[subprocess.Popen[str], Any]:
+    def held_client(self, code: str, *,
+                    env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], Any]:
         """Runs ``code`` in a new client process that then holds its session open (until
         killed); returns the process and what the code assigned to ``result``."""
         script = ("import json, sys, time\nfrom pyspark.sql import SparkSession\n"
                   f"spark = SparkSession.builder.remote({self.url!r}).getOrCreate()\n"
                   "result = None\n" + code +
                   "\nprint('RESULT=' + json.dumps(result), flush=True)\ntime.sleep(3600)\n")
-        env = dict(os.environ)
-        env.pop("SPARK_REMOTE", None)
+        full_env = dict(os.environ)
+        full_env.pop("SPARK_REMOTE", None)
+        full_env.update(env or {})
         proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
+                                stderr=subprocess.PIPE, text=True, env=full_env)
         self._clients.append(proc)
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -221,7 +243,8 @@ class ConnectServer:
     def client(self, code: str, *, timeout: float = 120,
                env: dict[str, str] | None = None) -> Any:
         """Runs ``code`` in a new Python process with ``spark`` a Connect session to this
-        server; returns what the code assigned to ``result`` (JSON)."""
+        server; returns what the code assigned to ``result`` (JSON). ``env`` adds to the
+        client's environment (another line's pyspark on PYTHONPATH, say)."""
         script = ("import json, sys\nfrom pyspark.sql import SparkSession\n"
                   f"spark = SparkSession.builder.remote({self.url!r}).getOrCreate()\n"
                   "result = None\n" + code + "\nprint('RESULT=' + json.dumps(result))\n")

@@ -71,9 +71,20 @@ def test_runtime_runs_beside_the_server_and_names_its_jvm(served) -> None:
     # A client in another process: its job's result is plain Spark's.
     got = server.client(
         "from pyspark.sql import functions as F\n"
+        "import spark_steward\n"
         "df = spark.range(1000).withColumn('sq', F.col('id') * F.col('id'))\n"
-        "result = [df.count(), df.agg(F.sum('sq')).collect()[0][0]]")
-    assert got == [1000, sum(i * i for i in range(1000))]
+        "refused = []\n"
+        "for call in (lambda: spark_steward.checkpoints('s', spark=spark),\n"
+        "             lambda: spark_steward.cache(df)):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except spark_steward.errors.StewardError as exc:\n"
+        "        refused.append(str(exc))\n"
+        "result = [df.count(), df.agg(F.sum('sq')).collect()[0][0], refused]")
+    assert got[:2] == [1000, sum(i * i for i in range(1000))]
+    # The client-side API is refused with one line saying what works instead.
+    assert len(got[2]) == 2 and all("spark-steward conf --server" in line and "\n" not in line
+                                    for line in got[2]), got[2]
 
 
 def test_a_killed_runtime_restarts_while_the_application_stays_live(served) -> None:

@@ -44,3 +44,18 @@ def test_runtime_without_attach_says_how_to_enable(monkeypatch: pytest.MonkeyPat
     with pytest.raises(NotAttached, match="spark.steward.enabled=true"):
         spark_steward.runtime()
     assert not spark_steward.is_enabled()
+
+
+@pytest.mark.parametrize("version, says", [
+    ("3.5.9", "from Spark 4.0 on"), ("3.4.4", "from Spark 4.0 on"),
+    ("4.0.5", "spark-steward conf --server"), ("4.3.0", "spark-steward conf --server")])
+def test_a_connect_session_is_refused_with_one_line_for_its_line(version: str, says: str) -> None:
+    line = session.connect_refusal(version)
+    assert says in line and "\n" not in line and "spark-submit" in line
+
+
+def test_every_explicit_call_refuses_a_connect_session_before_asking_for_a_runtime() -> None:
+    from spark_steward.kernel.runtime import runtime_for
+
+    with pytest.raises(SetupError, match="Spark Connect"):
+        runtime_for(_connect_like_session())  # not NotAttached: that would mislead

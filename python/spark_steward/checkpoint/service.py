@@ -32,7 +32,7 @@ from spark_steward.checkpoint.errors import CheckpointCorrupt, CheckpointError
 from spark_steward.errors import StewardError
 from spark_steward.kernel import jvm
 from spark_steward.kernel.runtime import RuntimeService, runtime_for
-from spark_steward.kernel.session import session_value
+from spark_steward.kernel.session import require_classic, session_value
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -192,6 +192,8 @@ class CheckpointSeries:
         if retained is not None and (not isinstance(retained, int) or retained < 1):
             raise CheckpointError(f"retained={retained!r} for series {name!r} is not valid: "
                                   "expected a whole number of at least 1")
+        if spark is not None:
+            require_classic(spark)  # at the call that names the session, not at a later save
         self._retained = retained
         self._spark = spark
 

@@ -435,7 +435,10 @@ def mark_unavailable(sc: "SparkContext", reason: str) -> None:
 
 def runtime_for(spark: "SparkSession | None" = None) -> DriverRuntime:
     """The runtime, checked to be on for ``spark``; raises NotAttached or DisabledForSession
-    (StorageError when the storage failed the attach at the context's start)."""
+    (StorageError when the storage failed the attach at the context's start); SetupError for
+    a Spark Connect session, saying what to do instead."""
+    if spark is not None:
+        session.require_classic(spark)
     runtime = current_runtime()
     if runtime is None:
         from pyspark import SparkContext

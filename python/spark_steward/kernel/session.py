@@ -26,13 +26,26 @@ def is_connect_session(spark: Any) -> bool:
     return cls.__module__.startswith("pyspark.sql.connect")
 
 
+def connect_refusal(pyspark_version: str) -> str:
+    """Why spark-steward's Python API refuses a Spark Connect session on this pyspark, and what
+    to do instead (one line)."""
+    if pyspark_version.split(".")[0] in ("2", "3"):
+        return (f"spark-steward supports Spark Connect from Spark 4.0 on; this is pyspark "
+                f"{pyspark_version}, whose Connect server is not in its pip package. Run the job "
+                "with spark-submit (or pyspark) without --remote / SPARK_REMOTE, and set "
+                "spark.steward.enabled=true there")
+    return ("spark-steward's Python API needs a classic SparkSession; this is a Spark Connect "
+            "session. Start the Connect server with the flags of `spark-steward conf --server`: "
+            "it then owns what every session creates (df.checkpoint() included) with no client "
+            "code; or run the job with spark-submit (or pyspark) without --remote / SPARK_REMOTE")
+
+
 def require_classic(spark: Any) -> None:
-    """Refuses (SetupError) a Spark Connect session, saying how to run the job instead."""
+    """Refuses (SetupError) a Spark Connect session, saying what to do instead."""
     if is_connect_session(spark):
-        raise SetupError(
-            "spark-steward needs a classic SparkSession with a driver-side SparkContext; this is "
-            "a Spark Connect session. Run the job with spark-submit (or pyspark) without "
-            "--remote / SPARK_REMOTE, and set spark.steward.enabled=true there")
+        import pyspark
+
+        raise SetupError(connect_refusal(str(pyspark.__version__)))
 
 
 def context_of(spark_or_sc: Any) -> "SparkContext":

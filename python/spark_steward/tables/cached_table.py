@@ -80,8 +80,11 @@ def cache(df: "AnyDataFrame", *, shared: bool = False) -> "AnyDataFrame":
     if isinstance(df, CachedTable):
         return df
     if not jvm.is_classic(df):
-        raise CacheError("spark_steward.cache needs a classic (non Spark Connect) DataFrame, "
-                         f"got {type(df).__name__}")
+        import pyspark
+
+        from spark_steward.kernel.session import connect_refusal
+
+        raise CacheError(f"spark_steward.cache: {connect_refusal(str(pyspark.__version__))}")
     if df.isStreaming:
         return df
     runtime = runtime_for(df.sparkSession)
