@@ -1,0 +1,791 @@
+"""Start-up cost of spark-steward's driver runtime where no Python of ours starts the driver (a
+Spark Connect server), and of the two ways a classic PySpark driver can host it.
+
+spark-steward's Java plugin (``io.sparksteward.shim.StewardPlugin``) hosts the driver runtime
+beside a driver that no spark-steward Python started: ``RuntimeHost`` runs ``python -m
+spark_steward.kernel.host`` as a child of the driver JVM, which connects back over a py4j gateway,
+waits for the SparkContext and attaches. In a classic PySpark driver with the autoload on (the
+default) the runtime attaches in-process instead, before ``getOrCreate`` returns. Both must cost a
+user little at start-up; this measures how little, against plain Spark, one fresh application per
+variant and round (``--rounds``, 5 by default; the order of the variants rotates per round):
+
+1. **connect start.** ``sbin/start-connect-server.sh`` (``--master local-cluster[1,1,1024]``) is
+   launched; a client in a separate process (started just before, so its own imports are done
+   when the server comes up) polls the gRPC port every 50 ms, then runs
+   ``SparkSession.builder.remote(url).getOrCreate()`` and ``spark.range(1000).count()``. Timed
+   from the launch instant: the port accepting, the client holding its first job's result, and
+   (spark-steward) the server log's ``attached to <app id>`` line, read every 50 ms (the hosted
+   runtime ready). Variants: **plain** (no spark-steward flags) and **steward** (the flags of
+   ``spark-steward conf --server --storage URL --local-dir DIR``). Once everything is in, the
+   hosted runtime's CPU seconds so far are read from ``/proc`` and the server idles ``--idle``
+   seconds (5) to show the idle CPU of the runtime and of the server JVM; then
+   ``stop-connect-server.sh``, timed until the JVM is gone (the runtime detaches meanwhile).
+
+2. **classic start, two ways of hosting the runtime.** ``spark-submit`` (same master) of this file
+   in child mode: ``getOrCreate()``, ``spark.range(1000).count()``, CPU figures, ``spark.stop()``.
+   Variants: **plain** (no flags, ``SPARK_STEWARD_AUTOLOAD=0``), **in-process** (``spark-steward
+   conf`` flags, autoload on: the runtime attaches inside ``getOrCreate``, which the child checks
+   with ``current_runtime()``) and **hosted** (``SPARK_STEWARD_AUTOLOAD=0`` and the ``conf
+   --server`` flags, which add ``spark.jars`` and ``spark.plugins``: the plugin hosts the runtime
+   as for a Connect server). Timed from the launch: session ready, first job's result, runtime
+   attached (the driver log's ``attached to`` line on spark-submit's output, for both steward
+   variants), ``spark.stop()`` and spark-submit's exit. CPU, read by the child just before
+   ``spark.stop()``: the driver's Python process (the in-process runtime lives there), the driver
+   JVM, and the hosted runtime (a child of the JVM running ``spark_steward.kernel.host``).
+
+Printed: median (min..max) of every figure, and the ratio to plain as the median of the per-round
+ratios (min..max); ``--json PATH`` writes every application's figures and the summary.
+
+Hygiene: loopback only (``spark.driver.host``/``bindAddress`` and the Connect binding address are
+127.0.0.1, ``SPARK_LOCAL_IP=127.0.0.1``); ``SPARK_CONF_DIR`` is an empty folder and
+``SPARK_LOG_DIR``/``SPARK_PID_DIR`` are per server, all in one temp dir that is removed at the end.
+Every launch is a session of its own, so whatever it starts (server JVM, executors, hosted
+runtime) stays in its process group: after each application, and on failure, Ctrl-C or SIGTERM,
+what is still running there gets SIGKILL (after a 10 s grace once the application has ended; the
+pids that needed it are recorded). ``$SPARK_HOME/work/<app id>`` is removed only when its executors
+name this run's driver port. The JVMs run with Spark's default options (no class-data archive,
+unlike the test suite's), as a user's do.
+
+    python bench/connect.py [--rounds 5] [--parts connect,classic] [--idle 5] [--json PATH]
+
+One application takes 12-30 s on this 2-core VM; 5 rounds take about 9 minutes. Anything else
+running shows up in every figure: the 1-minute load average around each application is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable
+
+LOOPBACK = "127.0.0.1"
+MASTER = "local-cluster[1,1,1024]"
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+HOST_MODULE = "spark_steward.kernel.host"
+CONNECT_VARIANTS = ("plain", "steward")
+CLASSIC_VARIANTS = ("plain", "in-process", "hosted")
+PARTS = ("connect", "classic")
+COMMON_CONF = ("spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1",
+               "spark.ui.enabled=false", "spark.ui.showConsoleProgress=false",
+               "spark.executor.cores=1")
+ATTACHED = re.compile(r"attached to (\S+) \(storage")
+APP_ID = re.compile(r"\b(app-\d{14}-\d{4}|local-\d{13})\b")
+#: Log lines whose first appearance is timed (wall clock, from the launch): where the time goes.
+MILESTONES = {
+    "app": APP_ID,
+    "driver_port": re.compile(r"Successfully started service 'sparkDriver' on port (\d+)"),
+    "runtime_started": re.compile(r"driver runtime (started) beside this driver"),
+    "executor_registered": re.compile(r"(Registered executor)"),
+    "connect_started": re.compile(r"(Spark Connect server started)"),
+    "attached": ATTACHED,
+}
+POLL = 0.05
+APP_TIMEOUT = 600.0
+ATTACH_TIMEOUT = 120.0
+STOP_TIMEOUT = 90.0
+
+
+class Failure(Exception):
+    """One application did not do what the benchmark needs; the message says what and shows logs."""
+
+
+class Terminated(Exception):
+    """SIGTERM: unwinds like Ctrl-C, so every ``finally`` cleans up."""
+
+
+# -- /proc ---------------------------------------------------------------------------------------
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields 3.. of ``/proc/<pid>/stat`` (state first), or None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].decode().split()
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """``pid`` runs and is not a zombie."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def ppid(pid: int) -> int:
+    fields = _stat(pid)
+    return int(fields[1]) if fields else -1
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of ``pid`` itself (not its children), or None."""
+    fields = _stat(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def runtime_children(jvm: int) -> list[int]:
+    """The hosted runtime processes of driver JVM ``jvm``."""
+    return sorted(p for p in pids() if ppid(p) == jvm and HOST_MODULE in cmdline(p))
+
+
+def load() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+# -- what this run started, and its end ----------------------------------------------------------
+
+class Reaper:
+    """Every process this run started. Each launch leads a process group of its own, and whatever
+    it starts stays in that group: the Connect server JVM (spark-daemon.sh's background job), the
+    local-cluster executors and the hosted runtime (the JVM's children). Application ids are not
+    used to find executors: another run's local-cluster master can hand out the same id in the
+    same second. A group is forgotten once empty, so a reused pid number is never taken for it."""
+
+    def __init__(self) -> None:
+        self.groups: set[int] = set()
+
+    def members(self) -> list[int]:
+        found = []
+        for pid in pids():
+            if pid == os.getpid() or not alive(pid):
+                continue
+            try:
+                if os.getpgid(pid) in self.groups:
+                    found.append(pid)
+            except OSError:
+                continue
+        return found
+
+    def sweep(self, grace: float = 10.0) -> list[int]:
+        """Waits up to ``grace`` seconds for what is still running to end on its own, then
+        SIGKILLs the rest; returns the pids that needed SIGKILL."""
+        deadline = time.monotonic() + grace
+        while (left := self.members()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while (still := self.members()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if still:
+            raise Failure(f"processes of this run survived SIGKILL: {still}")
+        self.groups.clear()
+        return left
+
+
+# -- watching logs -------------------------------------------------------------------------------
+
+class Watch:
+    """Lines of a log as they come: when each pattern first matched (wall clock) and its group."""
+
+    def __init__(self, patterns: dict[str, re.Pattern[str]]) -> None:
+        self.patterns = patterns
+        self.seen: dict[str, tuple[float, str]] = {}
+        self.tail: collections.deque[str] = collections.deque(maxlen=60)
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self.done = threading.Event()
+
+    def feed(self, line: str, now: float) -> None:
+        with self.lock:
+            self.tail.append(line.rstrip("\n"))
+            for name, pattern in self.patterns.items():
+                if name not in self.seen and (match := pattern.search(line)):
+                    self.seen[name] = (now, match.group(1))
+
+    def first(self, name: str) -> tuple[float, str] | None:
+        with self.lock:
+            return self.seen.get(name)
+
+    def last_lines(self) -> str:
+        with self.lock:
+            return "\n".join(self.tail)
+
+    def follow_pipe(self, stream: IO[str]) -> None:
+        def read() -> None:
+            for line in stream:
+                self.feed(line, time.time())
+        self._spawn(read)
+
+    def follow_files(self, folder: Path, glob: str) -> None:
+        """Polls the files ``folder/glob`` every :data:`POLL` seconds for appended lines."""
+        def read() -> None:
+            offsets: dict[Path, int] = {}
+            partial: dict[Path, str] = {}
+            while not self.done.is_set():
+                for path in sorted(folder.glob(glob)) if folder.is_dir() else []:
+                    try:
+                        with open(path, encoding="utf-8", errors="replace") as f:
+                            f.seek(offsets.get(path, 0))
+                            chunk = f.read()
+                            offsets[path] = f.tell()
+                    except OSError:
+                        continue
+                    now = time.time()
+                    *lines, rest = (partial.get(path, "") + chunk).split("\n")
+                    partial[path] = rest
+                    for line in lines:
+                        self.feed(line, now)
+                self.done.wait(POLL)
+        self._spawn(read)
+
+    def _spawn(self, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def stop(self) -> None:
+        self.done.set()
+        for thread in self.threads:
+            thread.join(timeout=5)
+
+
+# -- shared set-up -------------------------------------------------------------------------------
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def steward_flags(work: Path, server: bool) -> list[str]:
+    """The flags ``spark-steward conf [--server]`` prints, as a user would paste them."""
+    cmd = [sys.executable, "-m", "spark_steward.cli", "conf", "--storage",
+           (work / "steward-storage").as_uri(), "--local-dir", str(work / "steward-local")]
+    if server:
+        cmd.insert(4, "--server")
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()
+
+
+def conf_flags(pairs: Iterable[str]) -> list[str]:
+    return [flag for pair in pairs for flag in ("--conf", pair)]
+
+
+def spark_env(root: Path, work: Path, autoload: bool) -> dict[str, str]:
+    env = dict(os.environ, SPARK_HOME=str(spark_home()), SPARK_CONF_DIR=str(root / "conf"),
+               SPARK_LOCAL_IP=LOOPBACK, SPARK_LOG_DIR=str(work / "logs"),
+               SPARK_PID_DIR=str(work), SPARK_IDENT_STRING=f"steward-bench-{os.getpid()}",
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_STEWARD_AUTOLOAD="1" if autoload else "0")
+    for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        env.pop(name, None)
+    return env
+
+
+def forget_app(watch: "Watch") -> None:
+    """Removes $SPARK_HOME/work/<app id>, where local-cluster executors keep their work dirs,
+    when every executor there belonged to this run's driver (its port in the executor's launch
+    command): another run may have had an application of the same id."""
+    app, port = watch.first("app"), watch.first("driver_port")
+    if app is None or port is None:
+        return
+    folder = spark_home() / "work" / app[1]
+    logs = list(folder.glob("*/stderr"))
+    mark = f"CoarseGrainedScheduler@{LOOPBACK}:{port[1]}\""
+    if logs and all(mark in log.read_text(errors="replace")[:20000] for log in logs):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
+             check: Callable[[], None] = lambda: None) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        check()
+        if time.monotonic() > deadline:
+            raise Failure(f"{what}: not within {timeout:.0f} s")
+        time.sleep(POLL)
+    return value
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# -- 1. connect start ----------------------------------------------------------------------------
+
+def connect_client(url: str, out: Path) -> int:
+    """Child mode: the Connect client. Imports first, then waits for the port, then one job."""
+    started = time.time()
+    from pyspark.sql import SparkSession
+    import pyspark.sql.connect.session  # noqa: F401  (the client's imports, before the server)
+
+    imported = time.time()
+    host, port = url.removeprefix("sc://").split(":")
+    deadline = time.monotonic() + APP_TIMEOUT
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=1):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the server at {url} did not accept within {APP_TIMEOUT} s")
+            time.sleep(POLL)
+    accepting = time.time()
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    session = time.time()
+    count = spark.range(1000).count()
+    result = time.time()
+    if count != 1000:
+        raise SystemExit(f"spark.range(1000).count() gave {count}")
+    spark.stop()
+    out.write_text(json.dumps({"started": started, "imported": imported, "accepting": accepting,
+                               "session": session, "result": result}))
+    return 0
+
+
+def connect_round(variant: str, root: Path, work: Path, reaper: Reaper,
+                  idle: float) -> dict[str, Any]:
+    steward = variant == "steward"
+    env = spark_env(root, work, autoload=False)
+    port = free_port()
+    url = f"sc://{LOOPBACK}:{port}"
+    flags = steward_flags(work, server=True) if steward else []
+    cmd = [str(spark_home() / "sbin" / "start-connect-server.sh"), "--master", MASTER,
+           *conf_flags((*COMMON_CONF, f"spark.connect.grpc.binding.address={LOOPBACK}",
+                        f"spark.connect.grpc.binding.port={port}",
+                        f"spark.local.dir={work / 'spark-local'}")), *flags]
+    pid_file = work / f"spark-{env['SPARK_IDENT_STRING']}-{SERVER_CLASS}-1.pid"
+    client_out = work / "client.json"
+    client_env = dict(os.environ)
+    for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        client_env.pop(name, None)
+    watch = Watch(MILESTONES)
+    record: dict[str, Any] = {"part": "connect", "variant": variant, "load_before": load()}
+    server = -1
+    launched = time.time()
+    client: subprocess.Popen[bytes] | None = None
+    script: subprocess.Popen[bytes] | None = None
+    try:
+        with open(work / "client.log", "wb") as client_log, \
+                open(work / "start-script.log", "wb") as script_log:
+            client = subprocess.Popen([sys.executable, os.path.abspath(__file__),
+                                       "--connect-client", url, "--out", str(client_out)],
+                                      env=client_env, stdout=client_log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+            reaper.groups.add(client.pid)
+            launched = time.time()
+            script = subprocess.Popen(cmd, env=env, stdout=script_log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+            reaper.groups.add(script.pid)
+        watch.follow_files(work / "logs", "*.out")
+
+        def server_alive() -> None:
+            nonlocal server
+            if server < 0 and pid_file.is_file() and pid_file.read_text().strip():
+                server = int(pid_file.read_text())
+            if server > 0 and not alive(server):
+                raise Failure(f"the {variant} Connect server died:\n{watch.last_lines()}")
+
+        def client_done() -> bool:
+            assert client is not None
+            if client.poll() is None:
+                return False
+            if client.returncode != 0 or not client_out.is_file():
+                raise Failure(f"the client exited {client.returncode}:\n"
+                              f"{(work / 'client.log').read_text()[-3000:]}\n"
+                              f"server log:\n{watch.last_lines()}")
+            return True
+
+        wait_for(client_done, APP_TIMEOUT, "the client's first job", server_alive)
+        got = json.loads(client_out.read_text())
+        app = wait_for(lambda: watch.first("app"), 60, "the server's application id")[1]
+        record.update(app_id=app, launched=launched,
+                      client_imported_s=got["imported"] - launched,
+                      accepting_s=got["accepting"] - launched,
+                      session_s=got["session"] - launched,
+                      first_result_s=got["result"] - launched, attached_s=None)
+        if steward:
+            when, attached_app = wait_for(lambda: watch.first("attached"), ATTACH_TIMEOUT,
+                                          "the hosted runtime's 'attached to'", server_alive)
+            if attached_app != app:
+                raise Failure(f"the runtime attached to {attached_app}, the server runs {app}")
+            record["attached_s"] = when - launched
+        server_alive()
+        runtimes = runtime_children(server)
+        if steward and len(runtimes) != 1:
+            raise Failure(f"expected one hosted runtime beside the server, found {runtimes}")
+        runtime = runtimes[0] if runtimes else None
+        record["runtime_pid"] = runtime
+        # CPU so far (the runtime's: start, imports, attach, the pump until now), then idle.
+        jvm_before = cpu_seconds(server) or 0.0
+        runtime_before = cpu_seconds(runtime) if runtime else None
+        idle_start = time.monotonic()
+        time.sleep(idle)
+        idle_s = time.monotonic() - idle_start
+        jvm_after = cpu_seconds(server) or 0.0
+        record.update(jvm_cpu_s=jvm_before, runtime_cpu_s=runtime_before, idle_s=idle_s,
+                      jvm_idle_cpu_pct=100 * (jvm_after - jvm_before) / idle_s if idle else None,
+                      runtime_idle_cpu_pct=None)
+        if runtime and runtime_before is not None and idle:
+            runtime_after = cpu_seconds(runtime)
+            if runtime_after is not None:
+                record["runtime_idle_cpu_pct"] = 100 * (runtime_after - runtime_before) / idle_s
+        # The operator's stop: SIGTERM to the JVM, whose shutdown hook stops the application
+        # (and, through the plugin, lets the hosted runtime detach).
+        stop_start = time.monotonic()
+        subprocess.run([str(spark_home() / "sbin" / "stop-connect-server.sh")], env=env,
+                       capture_output=True, timeout=60, start_new_session=True)
+        wait_for(lambda: not alive(server), STOP_TIMEOUT, "the server's exit")
+        record["stop_s"] = time.monotonic() - stop_start
+    finally:
+        watch.stop()
+        for proc in (client, script):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+            if proc is not None:
+                proc.wait()
+        record["killed_after"] = reaper.sweep()
+        record["milestones_s"] = {name: when - launched
+                                  for name, (when, _) in watch.seen.items()}
+        forget_app(watch)
+    record["load_after"] = load()
+    return record
+
+
+# -- 2. classic start ----------------------------------------------------------------------------
+
+def classic_child(variant: str, out: Path) -> int:
+    """Child mode, run by spark-submit: one session, one job, the CPU figures, the stop."""
+    script = time.time()
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(f"bench-connect-{variant}").getOrCreate()
+    session = time.time()
+    in_process = None
+    if variant == "in-process":  # loaded already by the autoload: no import on the clock
+        from spark_steward.kernel.runtime import current_runtime
+
+        in_process = current_runtime() is not None
+    count = spark.range(1000).count()
+    result = time.time()
+    if count != 1000:
+        raise SystemExit(f"spark.range(1000).count() gave {count}")
+    if variant != "in-process":
+        runtime_module = sys.modules.get("spark_steward.kernel.runtime")
+        in_process = bool(runtime_module and runtime_module.current_runtime())
+    jvm = os.getppid()  # PythonRunner starts this script as a child of the driver JVM
+    runtimes = runtime_children(jvm)
+    times = os.times()
+    figures = {"variant": variant, "app_id": spark.sparkContext.applicationId, "script": script,
+               "session": session, "result": result, "in_process_runtime": in_process,
+               "jvm_is_parent": "java" in cmdline(jvm), "runtime_pids": runtimes,
+               "python_cpu_s": times.user + times.system, "jvm_cpu_s": cpu_seconds(jvm),
+               "runtime_cpu_s": cpu_seconds(runtimes[0]) if runtimes else None}
+    stop = time.time()
+    spark.stop()
+    figures.update(stop=stop, stopped=time.time())
+    out.write_text(json.dumps(figures))
+    return 0
+
+
+def classic_round(variant: str, root: Path, work: Path, reaper: Reaper) -> dict[str, Any]:
+    env = spark_env(root, work, autoload=variant == "in-process")
+    flags = {"plain": [], "in-process": steward_flags(work, server=False),
+             "hosted": steward_flags(work, server=True)}[variant]
+    out = work / "child.json"
+    cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", MASTER,
+           *conf_flags((*COMMON_CONF, f"spark.local.dir={work / 'spark-local'}")), *flags,
+           os.path.abspath(__file__), "--classic-child", variant, "--out", str(out)]
+    watch = Watch(MILESTONES)
+    record: dict[str, Any] = {"part": "classic", "variant": variant, "load_before": load()}
+    proc: subprocess.Popen[str] | None = None
+    launched = time.time()
+    try:
+        launched = time.time()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace", start_new_session=True)
+        reaper.groups.add(proc.pid)
+        assert proc.stdout is not None and proc.stderr is not None
+        watch.follow_pipe(proc.stdout)
+        watch.follow_pipe(proc.stderr)
+        try:
+            proc.wait(timeout=APP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"the {variant} application ran over {APP_TIMEOUT:.0f} s:\n"
+                          f"{watch.last_lines()}") from None
+        exited = time.time()
+        watch.stop()
+        if proc.returncode != 0 or not out.is_file():
+            raise Failure(f"the {variant} application exited {proc.returncode}:\n"
+                          f"{watch.last_lines()}")
+        got = json.loads(out.read_text())
+        record["app_id"] = got["app_id"]
+        if variant == "in-process" and not got["in_process_runtime"]:
+            raise Failure("no runtime attached in-process before getOrCreate returned")
+        if variant != "in-process" and got["in_process_runtime"]:
+            raise Failure(f"the {variant} driver's Python attached a runtime")
+        if variant == "hosted" and len(got["runtime_pids"]) != 1:
+            raise Failure(f"expected one hosted runtime, found {got['runtime_pids']}")
+        if not got["jvm_is_parent"]:
+            raise Failure("the script's parent is not the driver JVM: the CPU figures are wrong")
+        attached = watch.first("attached")
+        if variant != "plain" and attached is not None and attached[1] != got["app_id"]:
+            raise Failure(f"the runtime attached to {attached[1]}, the driver runs "
+                          f"{got['app_id']}")
+        if variant == "plain" and attached is not None:
+            raise Failure("a runtime attached to the plain application")
+        record.update(
+            launched=launched, script_s=got["script"] - launched,
+            session_s=got["session"] - launched, first_result_s=got["result"] - launched,
+            attached_s=attached[0] - launched if attached else None,
+            stop_s=got["stopped"] - got["stop"], exit_s=exited - launched,
+            python_cpu_s=got["python_cpu_s"], jvm_cpu_s=got["jvm_cpu_s"],
+            runtime_cpu_s=got["runtime_cpu_s"],
+            runtime_pid=got["runtime_pids"][0] if got["runtime_pids"] else None,
+            # hosted: a runtime not attached when the script stopped never served it
+            attached_before_stop=bool(attached and attached[0] <= got["stop"]))
+    finally:
+        watch.stop()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if proc is not None:
+            proc.wait()
+        record["killed_after"] = reaper.sweep()
+        record["milestones_s"] = {name: when - launched
+                                  for name, (when, _) in watch.seen.items()}
+        forget_app(watch)
+    record["load_after"] = load()
+    return record
+
+
+# -- the report ----------------------------------------------------------------------------------
+
+def stats(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "values": values}
+
+
+def cell(values: list[float], digits: int = 2) -> str:
+    if not values:
+        return "-"
+    return (f"{statistics.median(values):.{digits}f} "
+            f"({min(values):.{digits}f}..{max(values):.{digits}f})")
+
+
+def column(records: list[dict[str, Any]], variant: str, field: str) -> list[float]:
+    return [float(r[field]) for r in records if r["variant"] == variant and r.get(field) is not None]
+
+
+def per_round(records: list[dict[str, Any]], variant: str, field: str) -> list[float]:
+    """``variant``'s ``field`` over plain's, per round."""
+    by: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in records:
+        by.setdefault(r["round"], {})[r["variant"]] = r
+    return [float(got[variant][field]) / float(got["plain"][field]) for got in by.values()
+            if variant in got and "plain" in got and got[variant].get(field) is not None
+            and got["plain"].get(field)]
+
+
+def table(title: str, records: list[dict[str, Any]], variants: tuple[str, ...],
+          fields: list[tuple[str, str]], ratios: list[tuple[str, str]]) -> dict[str, Any]:
+    """Prints one markdown table: every field's median (min..max), then the ratios vs plain."""
+    print(f"\n{title}\n")
+    head = ["variant", *(label for label, _ in fields), *(label for label, _ in ratios)]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    summary: dict[str, Any] = {}
+    for v in variants:
+        cells = [cell(column(records, v, f)) for _, f in fields]
+        got: dict[str, Any] = {f: stats(column(records, v, f)) for _, f in fields}
+        for _, f in ratios:
+            values = per_round(records, v, f)
+            medians = column(records, v, f), column(records, "plain", f)
+            got[f"{f}/plain"] = {**stats(values), "of_medians": (
+                statistics.median(medians[0]) / statistics.median(medians[1])
+                if all(medians) else None)}
+            cells.append("**" + cell(values, 3) + "**" if v != "plain" else "1")
+        print(f"| {v} | " + " | ".join(cells) + " |")
+        summary[v] = got
+    return summary
+
+
+def extra_stats(records: list[dict[str, Any]], variants: tuple[str, ...],
+                fields: list[str]) -> dict[str, Any]:
+    return {v: {f: stats(column(records, v, f)) for f in fields} for v in variants}
+
+
+def report(records: list[dict[str, Any]], rounds: int, idle: float) -> dict[str, Any]:
+    import pyspark
+
+    import spark_steward
+
+    loads = [x for r in records for x in (r["load_before"], r["load_after"])]
+    print(f"\nbench/connect.py: {rounds} rounds, {MASTER}, one fresh application per variant and "
+          f"round; seconds from the launch, median (min..max); ratio = median of the per-round "
+          f"ratios to plain (min..max)")
+    print(f"pyspark {pyspark.__version__}, spark-steward from "
+          f"{os.path.dirname(spark_steward.__file__)}, {os.cpu_count()} cores, 1-minute load "
+          f"average around the applications {min(loads):.2f}..{max(loads):.2f}")
+    summary: dict[str, Any] = {}
+    connect = [r for r in records if r["part"] == "connect"]
+    if connect:
+        summary["connect"] = table(
+            "connect start: start-connect-server.sh -> a client's first spark.range(1000).count()",
+            connect, CONNECT_VARIANTS,
+            [("port accepting", "accepting_s"), ("first job result", "first_result_s"),
+             ("runtime attached", "attached_s"), ("stop-connect-server.sh -> exit", "stop_s")],
+            [("first job / plain", "first_result_s"), ("accepting / plain", "accepting_s")])
+        summary["connect_cpu"] = extra_stats(connect, CONNECT_VARIANTS, [
+            "runtime_cpu_s", "runtime_idle_cpu_pct", "jvm_cpu_s", "jvm_idle_cpu_pct"])
+        print(f"\nhosted runtime CPU s from its start until all of the above was in: "
+              f"{cell(column(connect, 'steward', 'runtime_cpu_s'))}; idle over {idle:.0f} s: "
+              f"runtime {cell(column(connect, 'steward', 'runtime_idle_cpu_pct'), 1)} % of a "
+              f"core; server JVM plain {cell(column(connect, 'plain', 'jvm_idle_cpu_pct'), 1)} %,"
+              f" steward {cell(column(connect, 'steward', 'jvm_idle_cpu_pct'), 1)} %")
+        print(f"server JVM CPU s until then: plain {cell(column(connect, 'plain', 'jvm_cpu_s'))},"
+              f" steward {cell(column(connect, 'steward', 'jvm_cpu_s'))}")
+    classic = [r for r in records if r["part"] == "classic"]
+    if classic:
+        summary["classic"] = table(
+            "classic start: spark-submit of getOrCreate + spark.range(1000).count() + stop",
+            classic, CLASSIC_VARIANTS,
+            [("session", "session_s"), ("first job result", "first_result_s"),
+             ("runtime attached", "attached_s"), ("spark.stop()", "stop_s"),
+             ("spark-submit exit", "exit_s")],
+            [("first job / plain", "first_result_s"), ("exit / plain", "exit_s")])
+        summary["classic_cpu"] = table(
+            "classic CPU s until the first job's result (read just before spark.stop())",
+            classic, CLASSIC_VARIANTS,
+            [("driver Python", "python_cpu_s"), ("driver JVM", "jvm_cpu_s"),
+             ("hosted runtime", "runtime_cpu_s")], [])
+        late = [r["round"] for r in classic
+                if r["variant"] == "hosted" and not r["attached_before_stop"]]
+        if late:
+            print(f"\nhosted: the runtime had not attached when the script called spark.stop() in "
+                  f"round(s) {', '.join(str(n + 1) for n in late)}")
+    print("\nwhere the time goes, median s from the launch of the log lines' first appearance: "
+          "driver RPC up ('sparkDriver'), hosted runtime started, executor registered, runtime "
+          "attached, Connect server started")
+    names = ("driver_port", "runtime_started", "executor_registered", "attached",
+             "connect_started")
+    for part, variants in (("connect", CONNECT_VARIANTS), ("classic", CLASSIC_VARIANTS)):
+        for v in variants:
+            got = [r["milestones_s"] for r in records if r["part"] == part and r["variant"] == v]
+            if got:
+                print(f"  {part:<8} {v:<11}" + "  ".join(
+                    f"{name} {statistics.median(vals):.2f}" for name in names
+                    if (vals := [m[name] for m in got if name in m])))
+    summary["milestones"] = {
+        part: extra_stats([{"variant": r["variant"], **r["milestones_s"]} for r in records
+                           if r["part"] == part], variants, list(MILESTONES))
+        for part, variants in (("connect", CONNECT_VARIANTS), ("classic", CLASSIC_VARIANTS))}
+    killed = [(r["part"], r["variant"], r["round"], r["killed_after"]) for r in records
+              if r["killed_after"]]
+    if killed:
+        print(f"\nneeded SIGKILL after the application had ended: {killed}")
+    return summary
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--parts", type=lambda s: s.split(","), default=list(PARTS),
+                        help="comma-separated, of connect, classic")
+    parser.add_argument("--idle", type=float, default=5.0, metavar="SECONDS",
+                        help="idle time per Connect server for the idle CPU figures (5)")
+    parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
+    parser.add_argument("--connect-client", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--classic-child", choices=CLASSIC_VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.connect_client:
+        return connect_client(args.connect_client, Path(args.out))
+    if args.classic_child:
+        return classic_child(args.classic_child, Path(args.out))
+    if unknown := [p for p in args.parts if p not in PARTS]:
+        parser.error(f"unknown parts {unknown}")
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, terminate)
+    load_start = load()
+    if load_start > 2.5:
+        progress(f"warning: 1-minute load average {load_start:.2f}: something else is running, "
+                 "the figures will carry it")
+    root = Path(tempfile.mkdtemp(prefix="bench-connect-"))
+    (root / "conf").mkdir()  # SPARK_CONF_DIR: empty, Spark's defaults
+    reaper = Reaper()
+    records: list[dict[str, Any]] = []
+    began = time.monotonic()
+    try:
+        for round_no in range(args.rounds):
+            for part, variants in (("connect", CONNECT_VARIANTS), ("classic", CLASSIC_VARIANTS)):
+                if part not in args.parts:
+                    continue
+                order = [variants[(i + round_no) % len(variants)] for i in range(len(variants))]
+                for variant in order:
+                    work = root / f"{part}-{variant}-{round_no}"
+                    work.mkdir()
+                    if part == "connect":
+                        record = connect_round(variant, root, work, reaper, args.idle)
+                    else:
+                        record = classic_round(variant, root, work, reaper)
+                    shutil.rmtree(work, ignore_errors=True)
+                    record["round"] = round_no
+                    records.append(record)
+                    attached = record.get("attached_s")
+                    progress(f"round {round_no + 1}/{args.rounds} {part:<7} {variant:<10} first "
+                             f"job {record['first_result_s']:6.2f}s  attached "
+                             + (f"{attached:6.2f}s" if attached is not None else "     -")
+                             + (f"  exit {record['exit_s']:6.2f}s" if "exit_s" in record else
+                                f"  stop {record['stop_s']:5.2f}s")
+                             + f"  (load {record['load_before']:.2f})")
+    except (KeyboardInterrupt, Terminated):
+        progress("interrupted: stopping what this run started")
+        raise
+    finally:
+        killed = reaper.sweep(grace=0)
+        if killed:
+            progress(f"SIGKILLed at the end: {killed}")
+        shutil.rmtree(root, ignore_errors=True)
+    summary = report(records, args.rounds, args.idle)
+    print(f"\n{len(records)} applications in {time.monotonic() - began:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"args": {k: v for k, v in vars(args).items() if k in ("rounds", "parts", "idle")},
+             "master": MASTER, "load_start": load_start, "load_end": load(),
+             "records": records, "summary": summary}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
