@@ -87,6 +87,48 @@ def test_runtime_runs_beside_the_server_and_names_its_jvm(served) -> None:
                                     for line in got[2]), got[2]
 
 
+def test_the_runtime_s_gateway_refuses_a_neighbour_without_its_secret(served) -> None:
+    from py4j.clientserver import ClientServer, JavaParameters, PythonParameters
+    from py4j.protocol import Py4JError
+
+    server, storage, local = served
+    app = server.app_id()
+    [runtime] = server.runtime_pids()
+    with open(f"/proc/{runtime}/environ", "rb") as f:
+        env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+    port = int(env[b"PYSPARK_GATEWAY_PORT"])
+    secret = env[b"PYSPARK_GATEWAY_SECRET"].decode()
+
+    def neighbour(token: str | None) -> ClientServer:
+        return ClientServer(JavaParameters(address="127.0.0.1", port=port, auth_token=token,
+                                           auto_field=True), PythonParameters(port=0))
+
+    for token in (None, "", "wrong", secret[:-1] + ("0" if secret[-1] != "0" else "1")):
+        hostile = neighbour(token)
+        try:
+            with pytest.raises(Py4JError):
+                hostile.jvm.java.lang.System.exit(1)  # what a hostile caller would try
+        finally:
+            hostile.close()
+    assert alive(server.pid) and server.runtime_pids() == [runtime]
+    reg = registry(storage)
+    before = reg.read(app).heartbeat_at
+    wait_until(lambda: reg.read(app).heartbeat_at > before, 10, "the runtime's heartbeat")
+    # The control: the same client with the secret is served, so the refusals above are the
+    # secret's doing. It then shuts the gateway down, as a broken neighbour holding the secret
+    # might: the runtime notices that the JVM stopped answering, exits, and is started again
+    # on a new gateway, the server untouched.
+    owner = neighbour(secret)
+    assert owner.jvm.java.lang.System.currentTimeMillis() > 0
+    owner.shutdown()
+    restarted = wait_until(lambda: [p for p in server.runtime_pids() if p != runtime], 60,
+                           "a runtime on a new gateway")
+    assert "exited with status 6" in server.log() and alive(server.pid)
+    with open(f"/proc/{restarted[0]}/environ", "rb") as f:
+        assert f"PYSPARK_GATEWAY_PORT={port}\0".encode() not in f.read()
+    assert server.client("result = spark.range(5).count()") == 5
+
+
 def test_a_killed_runtime_restarts_while_the_application_stays_live(served) -> None:
     server, storage, local = served
     app = server.app_id()
@@ -143,13 +185,17 @@ def test_each_connect_session_owns_its_checkpoints_until_it_closes(served) -> No
     # The released session's folder goes; the held session's stays, and status says whose.
     wait_until(lambda: checkpoint_folders(storage, app) == held_folders, 30,
                "the released session's folder deleted, the other's kept")
-    sessions = wait_until(lambda: sessions_of(storage)["closed_total"] > closed_before
-                          and sessions_of(storage), 10, "the record's sessions")
+    def released() -> dict[str, object] | None:
+        found = sessions_of(storage)  # the record of a heartbeat after the release
+        listed = [s["session_id"] for s in found["open"]]
+        return found if other_session not in listed and held_session in listed \
+            and found["closed_total"] > closed_before else None
+
+    sessions = wait_until(released, 10, "the record's sessions after the release")
     [open_session] = [s for s in sessions["open"] if s["session_id"] == held_session]
     files, size = open_session["owns"]["checkpoints"]
     truth = [p for p in (storage / "apps" / app / "spark-checkpoints").rglob("*") if p.is_file()]
     assert files == len(truth) and size == sum(p.stat().st_size for p in truth) and size > 0
-    assert other_session not in [s["session_id"] for s in sessions["open"]]
     # The killed client's session expires; what it owned goes with it.
     held.kill()
     held.wait(10)

@@ -122,3 +122,44 @@ def test_a_record_report_reads_back_and_hostile_ones_are_dropped_not_raised() ->
     ("stopped\n", False), ("noise\n", False)])
 def test_the_lifeline_says_stop_or_closes(lines: str, stop: bool) -> None:
     assert wait_for_stop(io.StringIO(lines)) is stop
+
+
+class Pipe(io.StringIO):
+    """A lifeline that says nothing until told (blocks like the host's pipe)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+        self.said = threading.Event()
+        self.text = ""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self.said.wait(10)
+        return iter(self.text.splitlines(keepends=True))
+
+
+def test_the_runtime_is_held_until_stop_or_a_closed_pipe_or_a_silent_jvm() -> None:
+    from spark_steward.kernel.host import EXIT_DRIVER_GONE, EXIT_GATEWAY_LOST, hold
+
+    def answering() -> None:
+        return None
+
+    def silent() -> None:
+        raise ConnectionError("gateway gone")
+
+    assert hold(io.StringIO("stop\n"), answering, interval=0.01) is None
+    assert hold(io.StringIO(""), answering, interval=0.01) == EXIT_DRIVER_GONE
+    # The JVM stops answering while the pipe stays open: gone after 3 failures in a row.
+    assert hold(Pipe(), silent, interval=0.01, failures=3) == EXIT_GATEWAY_LOST
+    # Failures that do not follow each other are forgiven.
+    flaky = iter([ConnectionError(), None, ConnectionError(), None] * 5)
+
+    def sometimes() -> None:
+        error = next(flaky, None)
+        if error is not None:
+            raise error
+
+    pipe = Pipe()
+    import threading
+    threading.Timer(0.3, lambda: (setattr(pipe, "text", "stop\n"), pipe.said.set())).start()
+    assert hold(pipe, sometimes, interval=0.01, failures=2) is None

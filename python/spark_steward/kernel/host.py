@@ -11,7 +11,8 @@ application owned, as after any crashed driver). It never stops the SparkContext
 
 Exit statuses, which the host logs: 0 after a stop; 3 when the driver went away; 4 when the
 context did not start within :data:`CONTEXT_TIMEOUT`; 5 when the attach failed (the reason is
-in the driver's log; the host tries again after its back-off).
+in the driver's log); 6 when the driver's JVM stopped answering through the gateway. After 4,
+5 and 6 the host starts the runtime again after its back-off.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import IO
+import threading
+from typing import IO, Callable
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,14 @@ log = logging.getLogger(__name__)
 CONTEXT_TIMEOUT = 300.0
 
 EXIT_STOPPED, EXIT_DRIVER_GONE, EXIT_NO_CONTEXT, EXIT_ATTACH_FAILED = 0, 3, 4, 5
+#: The driver's JVM stopped answering through the gateway while the lifeline stays open: the
+#: host starts the runtime again with a new gateway.
+EXIT_GATEWAY_LOST = 6
+
+#: How often the runtime checks that the driver's JVM still answers, and after how many
+#: failed checks in a row it gives up.
+PROBE_INTERVAL = 5.0
+PROBE_FAILURES = 3
 
 #: The driver JVM's pid, set by the host: this process's parent while the driver lives.
 DRIVER_PID_ENV = "SPARK_STEWARD_DRIVER_PID"
@@ -41,6 +51,31 @@ def wait_for_stop(stdin: IO[str]) -> bool:
         if line.strip() == STOP_LINE:
             return True
     return False
+
+
+def hold(stdin: IO[str], probe: Callable[[], object], *, interval: float = PROBE_INTERVAL,
+         failures: int = PROBE_FAILURES) -> int | None:
+    """Holds the runtime: None once the lifeline says ``stop``; :data:`EXIT_DRIVER_GONE` when
+    it closes; :data:`EXIT_GATEWAY_LOST` when ``probe`` (a call into the driver's JVM) failed
+    ``failures`` times in a row, every ``interval`` seconds."""
+    said: list[bool] = []
+    ended = threading.Event()
+
+    def listen() -> None:
+        said.append(wait_for_stop(stdin))
+        ended.set()
+
+    threading.Thread(target=listen, name="spark-steward-lifeline", daemon=True).start()
+    failed = 0
+    while not ended.wait(interval):
+        try:
+            probe()
+            failed = 0
+        except Exception:  # noqa: BLE001 - any failure of the gateway counts
+            failed += 1
+            if failed >= failures:
+                return EXIT_GATEWAY_LOST
+    return None if said[0] else EXIT_DRIVER_GONE
 
 
 def main(stdin: IO[str] | None = None) -> int:
@@ -64,10 +99,18 @@ def main(stdin: IO[str] | None = None) -> int:
         log.error("spark-steward's driver runtime could not attach to %s: %s",
                   sc.applicationId, exc)
         return EXIT_ATTACH_FAILED
-    if not wait_for_stop(stdin):
-        # The driver is gone: any call into its JVM would hang or fail; what the application
-        # owned is collected by `spark-steward gc` once its record's heartbeat is stale.
-        os._exit(EXIT_DRIVER_GONE)
+    ended = hold(stdin, lambda: jvm.ping(sc))
+    if ended is not None:
+        # The driver is gone, or its JVM no longer answers here: any call into it would hang
+        # or fail. Gone, `spark-steward gc` collects what the application owned; still
+        # running, the host starts a runtime again, which takes the application over.
+        why = ("the driver is gone" if ended == EXIT_DRIVER_GONE
+               else "the gateway to the driver stopped answering")
+        try:  # to the host's pipe, which a dead driver no longer reads (EPIPE)
+            print(f"spark-steward: the driver runtime exits ({why})", file=sys.stderr,
+                  flush=True)
+        finally:  # never a normal exit: its atexit detach would end the application
+            os._exit(ended)
     if attached is not None:
         attached.before_context_stop()
     runtime.detach("the application ended (hosted runtime)")

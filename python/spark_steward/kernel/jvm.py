@@ -332,6 +332,11 @@ def hosted_context(timeout: float) -> "SparkContext | None":
     return SparkContext(gateway=gateway, jsc=jsc, conf=SparkConf(_jconf=jsc.getConf()))
 
 
+def ping(sc: "SparkContext") -> None:
+    """A round trip into ``sc``'s JVM: raises when the gateway no longer answers."""
+    cast(Any, sc._jvm).java.lang.System.currentTimeMillis()
+
+
 def yield_hosted_runtime(sc: "SparkContext") -> bool:
     """The driver's own Python attaches: a runtime the plugin hosts for ``sc`` ends (killed,
     as in a crash: a detach would end the application) and is not started again. True when

@@ -51,7 +51,8 @@ public final class RuntimeHost {
 
   private final SparkContext sc;
   private final String python;
-  private final Py4JServer gateway;
+  /** The gateway of the running process: a new one for each start (a shut-down one is dead). */
+  private Py4JServer gateway;
   private final Object lock = new Object();
   private Process process;
   private OutputStream lifeline;
@@ -63,26 +64,18 @@ public final class RuntimeHost {
   private RuntimeHost(SparkContext sc, String python) {
     this.sc = sc;
     this.python = python;
-    this.gateway = new Py4JServer(sc.conf());
   }
 
   /**
    * Starts hosting the runtime for {@code sc} with {@code python} (the driver's PySpark Python):
-   * the gateway now, the process on a daemon thread. Never throws: a host that cannot start logs
-   * one WARN line and the driver runs on without spark-steward's Python.
+   * gateway and process on a daemon thread. Never throws: what fails there is logged and tried
+   * again; the driver runs on meanwhile.
    */
   public static synchronized RuntimeHost start(SparkContext sc, String python) {
     if (current != null) {
       current.stop(0);
     }
     RuntimeHost host = new RuntimeHost(sc, python);
-    try {
-      host.gateway.start();
-    } catch (RuntimeException e) {
-      LOG.warn(Errors.PREFIX + "could not open a py4j gateway for the driver runtime; this "
-          + "driver runs without spark-steward's Python: {}", e.toString());
-      return null;
-    }
     current = host;
     // Posted as the context's constructor ends: from then on the runtime may use it.
     sc.addSparkListener(new SparkListener() {
@@ -219,10 +212,8 @@ public final class RuntimeHost {
       if (watcher != null) {
         watcher.interrupt();
       }
-      try {
-        gateway.shutdown();
-      } catch (RuntimeException e) {
-        LOG.debug("py4j gateway shutdown: {}", e.toString());
+      synchronized (lock) {
+        closeGateway();
       }
       synchronized (RuntimeHost.class) {
         if (current == this) {
@@ -318,7 +309,28 @@ public final class RuntimeHost {
     }
   }
 
+  /** Under {@code lock}. */
+  private void closeGateway() {
+    if (gateway != null) {
+      try {
+        gateway.shutdown();
+      } catch (RuntimeException e) {
+        LOG.debug("py4j gateway shutdown: {}", e.toString());
+      }
+      gateway = null;
+    }
+  }
+
+  /** Under {@code lock}: a new gateway (loopback, a new secret), then the process on it. */
   private Process launch() throws IOException {
+    closeGateway();
+    try {
+      gateway = new Py4JServer(sc.conf());
+      gateway.start();
+    } catch (RuntimeException e) {
+      gateway = null;
+      throw new IOException("no py4j gateway into the driver: " + e, e);
+    }
     ProcessBuilder builder = new ProcessBuilder(python, "-m", MODULE);
     Map<String, String> env = builder.environment();
     env.put("PYSPARK_GATEWAY_PORT", String.valueOf(gateway.getListeningPort()));
