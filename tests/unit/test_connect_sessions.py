@@ -15,7 +15,7 @@ from spark_steward.kernel.events import JobStart, SessionClosed, SessionStarted
 from spark_steward.kernel.host import wait_for_stop
 from spark_steward.kernel.sessions import SessionScopes, session_of_tags
 
-SID, OP = str(uuid.uuid4()), str(uuid.uuid4())
+SID, OP = "0b0f6a3e-3c1b-4d5e-9f00-1a2b3c4d5e6f", "9e8d7c6b-5a49-4382-a1b0-c9d8e7f6a5b4"
 
 
 def tag(user: str, session: str = SID, op: str = OP) -> str:

@@ -248,6 +248,10 @@ SHARED = [
     Shared("StreamPacks.MAX_CATALOG", "spark_steward.streams.packs:MAX_CATALOG_BYTES",
            unique=False),
     Shared("StreamPacks.MAX_MEMBER", "spark_steward.streams.packer:MAX_PACK_BYTES", unique=False),
+    # The driver runtime the plugin hosts (RuntimeHost starts it, kernel/host.py runs it).
+    Shared("RuntimeHost.MODULE", "spark_steward.kernel.host:MODULE"),
+    Shared("RuntimeHost.STOP_LINE", "spark_steward.kernel.host:STOP_LINE", unique=False),
+    Shared("RuntimeHost.DRIVER_PID_ENV", "spark_steward.kernel.host:DRIVER_PID_ENV"),
     # The stream of a merged checkpoint's segments (Java encodes, Python stores).
     Shared("SegmentCodec.DATA", "spark_steward.checkpoint.merging.segment_files:DATA", chr,
            unique=False),

@@ -38,6 +38,9 @@ EXIT_GATEWAY_LOST = 6
 PROBE_INTERVAL = 5.0
 PROBE_FAILURES = 3
 
+#: What the host runs (``python -m MODULE``): this module's name, also when run as __main__.
+MODULE = "spark_steward.kernel.host"
+
 #: The driver JVM's pid, set by the host: this process's parent while the driver lives.
 DRIVER_PID_ENV = "SPARK_STEWARD_DRIVER_PID"
 
