@@ -1,7 +1,8 @@
-"""Where the driver runtime runs in drivers that are not a Connect server's: a classic driver
-whose autoload is off (the plugin hosts it, then an explicit attach takes it over), and
-``spark.api.mode=connect`` with a local master (pyspark builds a classic context in the
-client's own Python, so the runtime runs in-process there)."""
+"""Where the driver runtime runs when the Connect server is pyspark's own: with
+``spark.api.mode=connect`` and a local master, pyspark builds a classic context in the
+client's own Python and starts the server in that JVM, so the runtime runs in-process there
+and the plugin hosts none. (A PySpark driver with the autoload off is not hosted either: its
+early events wait for an explicit attach, tests/spark/test_attach.py.)"""
 
 from __future__ import annotations
 
@@ -12,28 +13,6 @@ import sys
 from pathlib import Path
 
 from tests.connect.test_connect_server import server_flags
-from tests.spark.conftest import ONE_EXECUTOR, run_spark_submit
-
-SCRIPTS = Path(__file__).parent / "scripts"
-
-
-def test_an_explicit_attach_takes_over_from_the_hosted_runtime(tmp_path: Path) -> None:
-    storage, out = tmp_path / "storage", tmp_path / "out.json"
-    done = run_spark_submit(SCRIPTS / "yield_job.py", server_flags(storage, tmp_path / "local"),
-                            str(out), storage.as_uri(), master=ONE_EXECUTOR,
-                            env={"SPARK_STEWARD_AUTOLOAD": "0"})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    seen = json.loads(out.read_text())
-    # Hosted first: a process of its own, the record naming the driver JVM.
-    assert seen["hosted_pid"] > 0 and seen["hosted_pid"] != seen["python_pid"]
-    assert seen["record_pid_hosted"] == seen["jvm_pid"]
-    # Then one runtime, this process's: the hosted one is gone and not restarted, the
-    # application never looked finished, and it ends finished.
-    assert seen["in_process"] and seen["hosted_pid_after"] == -1
-    assert not seen["hosted_alive_after"]
-    assert seen["record_pid_after"] == seen["python_pid"] and seen["finished_after"] is None
-    assert seen["result"] == 4950 and seen["finished_at_end"]
-    assert "started again" not in done.stderr
 
 
 def test_api_mode_connect_with_a_local_master_runs_the_runtime_in_process(tmp_path: Path) -> None:

@@ -320,6 +320,35 @@ def test_add_file_and_spark_files_go_through_the_blob_service(spark: Any, runtim
     assert Path(SparkFiles.get("vocab.txt")).read_text() == "hello\nworld\n"  # driver side
 
 
+def test_session_add_artifacts_of_files_and_archives_go_through_the_blob_service(
+        spark: Any, runtime: Any, blobs: Any, tmp_path: Path) -> None:
+    """Spark 4's classic ``spark.addArtifacts`` (SPARK-50718) hands files and archives to the
+    context's addFile/addArchive, so the same service owns and verifies them."""
+    import zipfile
+
+    from pyspark import SparkFiles
+
+    source = tmp_path / "artifact-lookup.csv"
+    source.write_text("k,v\n1,2\n")
+    archive = tmp_path / "artifact-bundle.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("inside.txt", "unpacked\n")
+    spark.addArtifacts(str(source), file=True)
+    spark.addArtifacts(str(archive), archive=True)
+
+    def read(_: int) -> tuple[str, str]:
+        bundle = Path(SparkFiles.get("artifact-bundle.zip"))
+        return (Path(SparkFiles.get("artifact-lookup.csv")).read_text(),
+                (bundle / "inside.txt").read_text())
+
+    rows = spark.sparkContext.parallelize(range(2), 2).map(read).collect()
+    assert set(rows) == {("k,v\n1,2\n", "unpacked\n")}
+    names = {ref.name for ref in spark_steward.blobs.ls()}
+    assert {"artifact-lookup.csv", "artifact-bundle.zip"} <= names
+    sc = spark.sparkContext
+    assert not any("artifact-lookup" in f for f in sc.listFiles), "Spark must not ship it too"
+
+
 def test_the_driver_reads_a_blob_itself_from_its_verified_copy(runtime: Any) -> None:
     data = os.urandom(1 << 16)
     ref = spark_steward.blobs.put(data)

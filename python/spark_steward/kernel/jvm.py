@@ -337,15 +337,6 @@ def ping(sc: "SparkContext") -> None:
     cast(Any, sc._jvm).java.lang.System.currentTimeMillis()
 
 
-def yield_hosted_runtime(sc: "SparkContext") -> bool:
-    """The driver's own Python attaches: a runtime the plugin hosts for ``sc`` ends (killed,
-    as in a crash: a detach would end the application) and is not started again. True when
-    there was one."""
-    if not shim_on_classpath(sc):
-        return False  # no plugin loaded, so nothing hosted
-    return bool(call(sc, "yieldHostedRuntime", context_handle(sc)))
-
-
 def hosted_runtime_pid(sc: "SparkContext") -> int:
     """The pid of the runtime the plugin hosts in ``sc``'s JVM, -1 when none runs."""
     return int(call(sc, "hostedRuntimePid")) if shim_on_classpath(sc) else -1

@@ -30,7 +30,6 @@ from spark_steward.kernel.executor import ExecutorContext
 from spark_steward.kernel.executor_package import ExecutorPackageWatch
 from spark_steward.kernel.heartbeat import ApplicationHeartbeat
 from spark_steward.kernel.jvm import PLUGIN_CLASS, EventBridgeHandle, SparkJvm, forget_facade
-from spark_steward.kernel.jvm import yield_hosted_runtime as jvm_yield_hosted_runtime
 from spark_steward.kernel.logs import forward_to_log4j, forwarded_level, stop_forwarding
 from spark_steward.kernel.metrics import RuntimeReport
 from spark_steward.kernel.pump import EventPump
@@ -359,10 +358,8 @@ def attach(spark: Any = None, *, explicit: bool = True,
     and returns None, so the application runs as plain Spark.
 
     ``hosted`` is for :mod:`spark_steward.kernel.host` only, the runtime the plugin runs
-    beside a driver with no Python of ours. Any other attach happens in the driver's own
-    Python, and a hosted runtime of the same context ends first, as if it had crashed (one
-    runtime per application: the in-process one, which the user's calls and Spark hooks
-    reach, takes the application over as a restarted runtime does)."""
+    beside a driver no Python builds (a Connect server); the plugin never hosts one for a
+    PySpark driver, whose own Python attaches here."""
     global _current, _atexit_registered, _unavailable
     from pyspark import SparkContext
 
@@ -386,9 +383,6 @@ def attach(spark: Any = None, *, explicit: bool = True,
         # Before the runtime is built: what its construction logs (a plugin missing, a storage
         # failing the attach) goes where Spark's logs go too.
         forward_to_log4j(sc)
-        if not hosted and jvm_yield_hosted_runtime(sc):
-            log.info("spark-steward: the runtime the plugin hosted for %s ended; this "
-                     "process's runtime takes the application over", sc.applicationId)
         runtime = DriverRuntime(sc, explicit=explicit, hosted=hosted)
         runtime.start()
         _current, _unavailable = runtime, None

@@ -67,14 +67,6 @@ public final class PythonFacade {
     return RuntimeHost.awaitContext(timeoutMillis);
   }
 
-  /**
-   * The driver's own Python attaches in-process: a runtime the plugin hosts for {@code sc}
-   * ends first (as in a crash) and is not started again. True when there was one.
-   */
-  public static boolean yieldHostedRuntime(SparkContext sc) {
-    return RuntimeHost.yieldTo(sc);
-  }
-
   /** The pid of the runtime the plugin hosts in this JVM, -1 when none runs. */
   public static long hostedRuntimePid() {
     RuntimeHost host = RuntimeHost.current();

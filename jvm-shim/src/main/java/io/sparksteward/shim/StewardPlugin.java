@@ -53,8 +53,10 @@ public final class StewardPlugin implements SparkPlugin {
 
     @Override
     public Map<String, String> init(SparkContext sc, PluginContext pluginContext) {
-      // Our Python writes the record as it builds the context; without it, none runs here.
-      boolean driverPython = sc.conf().contains(Handover.KEY);
+      // Our Python writes the record as it builds the context. Without it, a PySpark driver
+      // (its autoload off) may still attach explicitly; only a driver no Python builds is
+      // hosted.
+      boolean driverPython = sc.conf().contains(Handover.KEY) || RuntimeHost.builtByPython();
       Handover handover = Handover.forDriver(sc.conf());
       if (!handover.enabled) {
         return Collections.emptyMap();

@@ -18,8 +18,9 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Hosts spark-steward's driver runtime beside a driver that no Python of ours started: a Spark
- * Connect server, or any JVM-launched driver ({@code spark-submit --class}). The driver plugin
+ * Hosts spark-steward's driver runtime beside a driver no Python builds: a Spark Connect
+ * server, or any JVM-launched driver ({@code spark-submit --class}). A PySpark driver is never
+ * hosted ({@link #builtByPython}): its own Python runs the runtime. The driver plugin
  * starts it as the SparkContext starts; it opens a py4j gateway into this JVM (Spark's own {@link
  * Py4JServer}, loopback only, with a secret) and runs {@code python -m spark_steward.kernel.host},
  * which connects back, waits for the context ({@link #awaitContext}) and attaches the runtime to
@@ -159,19 +160,18 @@ public final class RuntimeHost {
   }
 
   /**
-   * The driver's own Python attaches a runtime in-process (an explicit {@code
-   * spark_steward.attach} where the autoload was off): the hosted one ends as if it had
-   * crashed, and is not started again. Not a detach: a detach ends the application (its record
-   * finished, its blobs and folders removed) while it runs on; the runtime that attaches next
-   * takes the application over as a restarted one does. True when there was one.
+   * Whether the SparkContext being built on this thread is built by a Python caller through
+   * py4j (a PySpark driver: pyspark's shell or script, {@code spark.api.mode=connect} with a
+   * local master), whose own Python runs the runtime in-process or attaches it explicitly. A
+   * Connect server or a {@code spark-submit --class} driver builds it with no py4j frame.
    */
-  public static boolean yieldTo(SparkContext sc) {
-    RuntimeHost host = current;
-    if (host == null || host.sc != sc) {
-      return false;
+  public static boolean builtByPython() {
+    for (StackTraceElement frame : Thread.currentThread().getStackTrace()) {
+      if (frame.getClassName().startsWith("py4j.")) {
+        return true;
+      }
     }
-    host.end(false, 0);
-    return true;
+    return false;
   }
 
   /**
@@ -183,7 +183,8 @@ public final class RuntimeHost {
     end(true, timeoutMillis);
   }
 
-  /** Ends hosting: with {@code detach}, as {@link #stop}; without, kills the runtime at once. */
+  /** Ends hosting: with {@code detach}, as {@link #stop}; without, kills the runtime at once
+   * (a plugin whose driver failed to start, or a second context replacing the first). */
   private void end(boolean detach, long timeoutMillis) {
     Process running;
     synchronized (lock) {
