@@ -1,0 +1,123 @@
+"""A Spark Connect server on the driver host of the multi-host harness, its executors on the
+worker hosts, its clients on other hosts: the runtime the plugin hosts beside the server, and
+each session's df.checkpoint() folders in the shared storage, released when the session closes
+(a client on one host releases cleanly) or expires (a client on another host is SIGKILLed)."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.cluster.conftest import steward_setup
+from tests.cluster.harness import Cluster, HostProcess
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+PORT = 15002
+_APP_ID = re.compile(r"\bapp-\d{14}-\d{4}\b")
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.2)
+
+
+def client_script(url: str, code: str, hold: bool) -> str:
+    return ("import json, time\nfrom pyspark.sql import SparkSession\n"
+            f"spark = SparkSession.builder.remote({url!r}).getOrCreate()\n" + code +
+            "\nprint('RESULT=' + json.dumps(result), flush=True)\n" +
+            ("time.sleep(3600)\n" if hold else ""))
+
+
+def result_of(lines: Any) -> Any:
+    for line in lines:
+        if line.startswith("RESULT="):
+            return json.loads(line[len("RESULT="):])
+    return None
+
+
+def test_a_connect_server_serves_sessions_from_other_hosts(cluster: Cluster,
+                                                           tmp_path: Path) -> None:
+    flags, storage, _ = steward_setup(cluster, "connect", {
+        "spark.connect.grpc.binding.address": cluster.address("driver"),
+        "spark.connect.grpc.binding.port": str(PORT),
+        "spark.connect.session.manager.defaultSessionTimeout": "8s",
+        "spark.connect.session.manager.maintenanceInterval": "1s",
+        "spark.executor.cores": "1"})
+    jar = subprocess.run([sys.executable, "-m", "spark_steward.cli", "jar"], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    server_flags = [*flags, "--conf", f"spark.jars={jar}",
+                    "--conf", "spark.plugins=io.sparksteward.shim.StewardPlugin",
+                    "--class", SERVER_CLASS]
+    log_path = tmp_path / "server.log"
+    url = f"sc://{cluster.address('driver')}:{PORT}"
+    held: HostProcess | None = None
+    with open(log_path, "w") as log:
+        server = cluster.submit_background("spark-internal", conf=server_flags, stdout=log,
+                                           stderr=subprocess.STDOUT)
+        try:
+            def text() -> str:
+                return log_path.read_text(errors="replace")
+
+            app = wait_until(lambda: (m := _APP_ID.search(text())) and m.group(0), 120,
+                             "the server's application")
+            wait_until(lambda: f"attached to {app}" in text(), 120, "the runtime's attach")
+            assert "beside the driver" in text()
+            def folders() -> set[str]:  # ground truth: the rdd-<id> folders in storage
+                return {p.name for p in (storage / "apps" / app / "spark-checkpoints")
+                        .glob("*/rdd-*")}
+
+            # A client on w1 keeps its session; its checkpoint is written by executors on the
+            # worker hosts into the shared storage.
+            held = cluster.popen("w1", [sys.executable, "-u", "-c", client_script(
+                url, "import socket\ndf = spark.range(60).repartition(3).checkpoint()\n"
+                     "result = [df.count(), socket.gethostname(), "
+                     "spark.client._session_id]", hold=True)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert held.stdout is not None
+            result = result_of(held.stdout)
+            assert result is not None, (held.stderr.read() if held.stderr else "")[-3000:]
+            count, host, session = result
+            assert count == 60 and host == cluster.hostname("w1")
+            kept = wait_until(folders, 30, "the held session's folder")
+            # A client on w2 checkpoints and releases its session: only its folder goes.
+            done = cluster.run("w2", [sys.executable, "-c", client_script(
+                url, "df = spark.range(30).checkpoint()\nresult = df.count()\nspark.stop()",
+                hold=False)], timeout=180)
+            assert result_of(done.stdout.splitlines()) == 30, done.stderr[-3000:]
+            wait_until(lambda: folders() == kept, 60, "the released session's folder gone")
+            status = json.loads(subprocess.run(
+                [sys.executable, "-m", "spark_steward.cli", "status", "--storage",
+                 storage.as_uri(), "--json"], check=True, capture_output=True,
+                text=True).stdout)
+            [record] = [a for a in status["applications"] if a["app_id"] == app]
+            assert record["state"] == "live"
+            assert session in [s["session_id"] for s in record["sessions"]["open"]]
+            # The client on w1 dies without a word; its session expires, its folder goes.
+            held.send_signal(signal.SIGKILL)
+            held.wait(30)
+            wait_until(lambda: not folders(), 90, "the expired session's folder gone")
+        finally:
+            if held is not None and held.poll() is None:
+                held.kill()
+            server.send_signal(signal.SIGTERM)  # as stop-connect-server.sh does
+            try:
+                server.wait(90)
+            finally:
+                if server.poll() is None:
+                    server.kill()
+    status = json.loads(subprocess.run(
+        [sys.executable, "-m", "spark_steward.cli", "status", "--storage", storage.as_uri(),
+         "--json"], check=True, capture_output=True, text=True).stdout)
+    assert [a["state"] for a in status["applications"] if a["app_id"] == app] == ["finished"]
