@@ -1,13 +1,15 @@
 """Start-up cost of spark-steward's driver runtime where no Python of ours starts the driver (a
-Spark Connect server), and of the two ways a classic PySpark driver can host it.
+Spark Connect server), and of the two ways a classic PySpark driver can host it; and what a
+Connect server keeps of its clients' sessions after they end, plain and with spark-steward.
 
 spark-steward's Java plugin (``io.sparksteward.shim.StewardPlugin``) hosts the driver runtime
 beside a driver that no spark-steward Python started: ``RuntimeHost`` runs ``python -m
 spark_steward.kernel.host`` as a child of the driver JVM, which connects back over a py4j gateway,
 waits for the SparkContext and attaches. In a classic PySpark driver with the autoload on (the
 default) the runtime attaches in-process instead, before ``getOrCreate`` returns. Both must cost a
-user little at start-up; this measures how little, against plain Spark, one fresh application per
-variant and round (``--rounds``, 5 by default; the order of the variants rotates per round):
+user little at start-up; the **start** measurement (parts 1 and 2) shows how little, against plain
+Spark, one fresh application per variant and round (``--rounds``, 5 by default; the order of the
+variants rotates per round):
 
 1. **connect start.** ``sbin/start-connect-server.sh`` (``--master local-cluster[1,1,1024]``) is
    launched; a client in a separate process (started just before, so its own imports are done
@@ -33,22 +35,47 @@ variant and round (``--rounds``, 5 by default; the order of the variants rotates
    ``spark.stop()``: the driver's Python process (the in-process runtime lives there), the driver
    JVM, and the hosted runtime (a child of the JVM running ``spark_steward.kernel.host``).
 
+3. **sessions.** Each Connect session is an owner scope of spark-steward's: its ``df.checkpoint()``
+   folders go when it closes (``spark.stop()``) or expires. Per round (``--rounds``, 3 by
+   default) one fresh server per variant: **plain** (``spark.checkpoint.dir`` set, which plain
+   Connect's ``df.checkpoint()`` needs) and **steward** (the ``conf --server`` flags, no
+   checkpoint dir); both with ``spark.connect.session.manager.defaultSessionTimeout=20s`` (the
+   default is 60 minutes) and ``maintenanceInterval=2s``. After a first client's job (the
+   baseline: executor registered, jars fetched, runtime attached), ``--sessions`` (100) client
+   sessions, each made by ``SparkSession.builder.remote(url).create()``: ``spark.addArtifacts(<a
+   4 KiB file>, file=True)``, ``spark.range(--rows).selectExpr(...).checkpoint()`` and its
+   ``count()``, ``spark.range(--rows + k).cache()`` and its ``count()``. Half end with
+   ``spark.stop()``, all in one client process; the other half belong to client processes of up
+   to 10 sessions each, SIGKILLed once every client is done. 30 s later (expiry, its check, a
+   margin) the figures are read: the files the server has that it did not have at the baseline,
+   by where they are (checkpoint dir; Spark Connect's artifact store, ``artifacts-*`` in the
+   JVM's ``java.io.tmpdir``, which is a folder of this run; the driver's copies of added files,
+   ``userFiles-*``; the executor's work dir; the rest of ``spark.local.dir`` and of the tmpdir;
+   spark-steward's own storage and local dir); the cached RDDs never removed (the executor's
+   log); the sessions never closed (the server's log) and open per ``spark-steward status
+   --json``; and VmRSS of the server JVM, hosted runtime and executor before the clients, at
+   the peak (sampled every 0.5 s) and at the end.
+
 Printed: median (min..max) of every figure, and the ratio to plain as the median of the per-round
 ratios (min..max); ``--json PATH`` writes every application's figures and the summary.
 
 Hygiene: loopback only (``spark.driver.host``/``bindAddress`` and the Connect binding address are
 127.0.0.1, ``SPARK_LOCAL_IP=127.0.0.1``); ``SPARK_CONF_DIR`` is an empty folder and
-``SPARK_LOG_DIR``/``SPARK_PID_DIR`` are per server, all in one temp dir that is removed at the end.
-Every launch is a session of its own, so whatever it starts (server JVM, executors, hosted
-runtime) stays in its process group: after each application, and on failure, Ctrl-C or SIGTERM,
-what is still running there gets SIGKILL (after a 10 s grace once the application has ended; the
-pids that needed it are recorded). ``$SPARK_HOME/work/<app id>`` is removed only when its executors
-name this run's driver port. The JVMs run with Spark's default options (no class-data archive,
-unlike the test suite's), as a user's do.
+``SPARK_LOG_DIR``/``SPARK_PID_DIR`` are per server, all in one temp dir that is removed at the end
+(with, for **sessions**, the server JVM's ``java.io.tmpdir``: nothing of it lands in /tmp).
+Every launch (clients too) is a session of its own, so whatever it starts (server JVM,
+executors, hosted runtime) stays in its process group: after each application, and on failure,
+Ctrl-C or SIGTERM, what is still running there gets SIGKILL (after a 10 s grace once the
+application has ended; the pids that needed it are recorded). ``$SPARK_HOME/work/<app id>`` is
+removed only when its executors name this run's driver port. The JVMs run with Spark's default
+options (no class-data archive, unlike the test suite's), as a user's do.
 
-    python bench/connect.py [--rounds 5] [--parts connect,classic] [--idle 5] [--json PATH]
+    python bench/connect.py [--only start|sessions] [--rounds N] [--json PATH]
+                            [--parts connect,classic] [--idle 5]   # start
+                            [--sessions 100] [--rows 10000]        # sessions
 
-One application takes 12-30 s on this 2-core VM; 5 rounds take about 9 minutes. Anything else
+One start application takes 12-30 s on this 2-core VM; 5 rounds take about 9 minutes. A sessions
+round takes about 2 minutes per server with 100 sessions (3 rounds: 12 minutes). Anything else
 running shows up in every figure: the 1-minute load average around each application is recorded.
 """
 
@@ -78,6 +105,8 @@ HOST_MODULE = "spark_steward.kernel.host"
 CONNECT_VARIANTS = ("plain", "steward")
 CLASSIC_VARIANTS = ("plain", "in-process", "hosted")
 PARTS = ("connect", "classic")
+SESSION_VARIANTS = ("plain", "steward")
+MEASUREMENTS = ("start", "sessions")
 COMMON_CONF = ("spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1",
                "spark.ui.enabled=false", "spark.ui.showConsoleProgress=false",
                "spark.executor.cores=1")
@@ -320,6 +349,30 @@ def forget_app(watch: "Watch") -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def connect_command(work: Path, port: int, flags: list[str], conf: Iterable[str] = ()) -> list[str]:
+    """``start-connect-server.sh`` on loopback ``port``, Spark's scratch space in ``work``."""
+    return [str(spark_home() / "sbin" / "start-connect-server.sh"), "--master", MASTER,
+            *conf_flags((*COMMON_CONF, f"spark.connect.grpc.binding.address={LOOPBACK}",
+                         f"spark.connect.grpc.binding.port={port}",
+                         f"spark.local.dir={work / 'spark-local'}", *conf)), *flags]
+
+
+def server_pid_file(work: Path, env: dict[str, str]) -> Path:
+    """Where ``spark-daemon.sh`` writes the Connect server JVM's pid."""
+    return work / f"spark-{env['SPARK_IDENT_STRING']}-{SERVER_CLASS}-1.pid"
+
+
+def connect_client_env(*, autoload_off: bool) -> dict[str, str]:
+    """A Connect client's environment: this one, without what would make pyspark start a local
+    server or connect elsewhere; ``autoload_off``: a plain client, spark-steward's autoload off."""
+    env = dict(os.environ)
+    for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        env.pop(name, None)
+    if autoload_off:
+        env["SPARK_STEWARD_AUTOLOAD"] = "0"
+    return env
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
              check: Callable[[], None] = lambda: None) -> Any:
     deadline = time.monotonic() + timeout
@@ -373,16 +426,10 @@ def connect_round(variant: str, root: Path, work: Path, reaper: Reaper,
     env = spark_env(root, work, autoload=False)
     port = free_port()
     url = f"sc://{LOOPBACK}:{port}"
-    flags = steward_flags(work, server=True) if steward else []
-    cmd = [str(spark_home() / "sbin" / "start-connect-server.sh"), "--master", MASTER,
-           *conf_flags((*COMMON_CONF, f"spark.connect.grpc.binding.address={LOOPBACK}",
-                        f"spark.connect.grpc.binding.port={port}",
-                        f"spark.local.dir={work / 'spark-local'}")), *flags]
-    pid_file = work / f"spark-{env['SPARK_IDENT_STRING']}-{SERVER_CLASS}-1.pid"
+    cmd = connect_command(work, port, steward_flags(work, server=True) if steward else [])
+    pid_file = server_pid_file(work, env)
     client_out = work / "client.json"
-    client_env = dict(os.environ)
-    for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
-        client_env.pop(name, None)
+    client_env = connect_client_env(autoload_off=False)
     watch = Watch(MILESTONES)
     record: dict[str, Any] = {"part": "connect", "variant": variant, "load_before": load()}
     server = -1
@@ -582,6 +629,439 @@ def classic_round(variant: str, root: Path, work: Path, reaper: Reaper) -> dict[
     return record
 
 
+# -- 3. sessions ---------------------------------------------------------------------------------
+
+#: The session manager's expiry, shortened from its default of 60 minutes so that killed clients'
+#: sessions expire within the run, and how often it checks.
+SESSION_TIMEOUT_S = 20
+MAINTENANCE_S = 2
+#: From the last client done or killed until the figures are read: expiry, its check, a margin.
+SETTLE_S = SESSION_TIMEOUT_S + MAINTENANCE_S + 8
+SESSION_CONF = (f"spark.connect.session.manager.defaultSessionTimeout={SESSION_TIMEOUT_S}s",
+                f"spark.connect.session.manager.maintenanceInterval={MAINTENANCE_S}s")
+PER_KILLED_CLIENT = 10
+#: How often a client that keeps its sessions touches each (Spark's expiry counts from the last
+#: request: a live client's idle session would expire before the kill, not after it).
+KEEPALIVE_S = 5
+ARTIFACT_BYTES = 4096
+SAMPLE = 0.5
+READY = "READY "
+#: Where what is left is looked for, in the order printed (see :func:`server_files`).
+FILE_KINDS = ("checkpoints", "artifacts", "driver_files", "executor_files", "scratch",
+              "jvm_tmp_other", "steward_other")
+STORED = re.compile(r"Block rdd_(\d+)_(\d+) stored as \w+ in memory "
+                    r"\(estimated size ([\d.]+) ([KMGT]?i?B)")
+DROPPED = re.compile(r"Dropping block rdd_(\d+)_(\d+) from memory")
+REMOVED_RDD = re.compile(r"Removing RDD (\d+)")
+SESSION_SEEN = re.compile(r"sessionId: ([0-9a-f-]{36}) accessed")
+SESSION_CLOSED = re.compile(r"Closing session with userId: .* and sessionId: ([0-9a-f-]{36})")
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def sessions_client(url: str, first: int, count: int, rows: int, hold: bool,
+                    folder: Path) -> int:
+    """Child mode: ``count`` Connect sessions one after the other, each adding a file artifact,
+    then checkpointing and caching a DataFrame of its own. Each ends with ``spark.stop()``, or
+    (``hold``) is kept with its DataFrames until this process is SIGKILLed, and touched (a conf
+    read: ``spark.version`` is answered from a client-side cache after its first call) every
+    :data:`KEEPALIVE_S` seconds meanwhile, as a client in use would; if that fails, the process
+    exits 3. Prints ``READY`` and the session ids once all ran.
+
+    Each session runs in a thread of its own: pyspark's Connect client binds the DataFrame that
+    ``df.checkpoint()`` returns to the thread's active session (the first one created in the
+    thread and not stopped), not to ``df``'s, so a second live session in one thread would query
+    its checkpoint in the first one's (``DATAFRAME_NOT_FOUND``)."""
+    from pyspark.sql.connect.session import SparkSession
+
+    kept: list[tuple[Any, ...]] = []
+    ids: list[str] = []
+    failed: list[BaseException] = []
+
+    def session(k: int) -> None:
+        try:
+            spark = SparkSession.builder.remote(url).create()  # a new session every time
+            artifact = folder / f"artifact-{k}.txt"
+            artifact.write_text(f"session {k}\n" + "x" * ARTIFACT_BYTES)
+            spark.addArtifacts(str(artifact), file=True)
+            df = spark.range(rows).selectExpr("id * 3 AS x", "id % 7 AS y").checkpoint()
+            checked = df.count()
+            # A plan of its own per session: Spark's cache manager, which the server's sessions
+            # share, would hold one copy of equal plans.
+            df2 = spark.range(rows + k).cache()
+            cached = df2.count()
+            if (checked, cached) != (rows, rows + k):
+                raise RuntimeError(f"session {k}: counts {checked}, {cached}")
+            ids.append(spark.session_id)
+            if hold:
+                kept.append((spark, df, df2))
+            else:
+                spark.stop()
+        except BaseException as exc:
+            failed.append(exc)
+            raise
+
+    def keepalive() -> None:
+        while True:
+            time.sleep(KEEPALIVE_S)
+            for spark, *_ in list(kept):
+                try:
+                    spark.conf.get("spark.sql.session.timeZone")  # a request to the server
+                except Exception as exc:
+                    print(f"keep-alive of session {spark.session_id} failed: {exc}", flush=True)
+                    os._exit(3)
+
+    if hold:
+        threading.Thread(target=keepalive, name="keepalive", daemon=True).start()
+    for k in range(first, first + count):
+        thread = threading.Thread(target=session, args=(k,), name=f"session-{k}")
+        thread.start()
+        thread.join()
+        if failed:
+            return 1  # the thread printed the traceback
+    print(READY + json.dumps(ids), flush=True)
+    while hold:
+        time.sleep(3600)
+    return 0
+
+
+def clip(text: str) -> str:
+    """A client's output, for a message: its start (where pyspark puts the error) and its end."""
+    return text if len(text) < 4000 else f"{text[:2500]}\n[...]\n{text[-1500:]}"
+
+
+def rss_mib(pid: int) -> float | None:
+    """``pid``'s resident memory (VmRSS) in MiB, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class Memory:
+    """VmRSS of a Connect server JVM, of its hosted runtime, of both ("server"), and of its
+    executors (children of the JVM, found anew each time: a runtime may be restarted), and each
+    one's peak while sampling every :data:`SAMPLE` seconds."""
+
+    KINDS = ("jvm", "runtime", "server", "executors")
+
+    def __init__(self, server: int) -> None:
+        self.server = server
+        self.peak = dict.fromkeys(self.KINDS, 0.0)
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def now(self) -> dict[str, float]:
+        children = [p for p in pids() if ppid(p) == self.server]
+        executors = [p for p in children if "CoarseGrainedExecutorBackend" in cmdline(p)]
+        runtimes = [p for p in children if HOST_MODULE in cmdline(p)]
+        jvm = rss_mib(self.server) or 0.0
+        runtime = sum(rss_mib(p) or 0.0 for p in runtimes)
+        return {"jvm": jvm, "runtime": runtime, "server": jvm + runtime,
+                "executors": sum(rss_mib(p) or 0.0 for p in executors)}
+
+    def start(self) -> None:
+        def sample() -> None:
+            while not self.done.is_set():
+                got = self.now()
+                with self.lock:
+                    for kind, value in got.items():
+                        self.peak[kind] = max(self.peak[kind], value)
+                self.done.wait(SAMPLE)
+        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> dict[str, float]:
+        self.done.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        with self.lock:
+            return dict(self.peak)
+
+
+def tree(folders: Iterable[Path], skip: Callable[[Path], bool] = lambda path: False
+         ) -> dict[str, int]:
+    """Every file under ``folders`` (not followed into symlinks): path -> size."""
+    found: dict[str, int] = {}
+    for folder in folders:
+        for parent, _, names in os.walk(folder):
+            for name in names:
+                path = Path(parent, name)
+                try:
+                    if not skip(path) and path.is_file():
+                        found[str(path)] = path.stat().st_size
+                except OSError:
+                    continue
+    return found
+
+
+def rdd_folders(checkpoints: Path) -> int:
+    return sum(1 for _, dirs, _ in os.walk(checkpoints) for d in dirs if d.startswith("rdd-"))
+
+
+def server_files(work: Path, app: str, checkpoints: Path,
+                 steward: bool) -> dict[str, dict[str, int]]:
+    """The files a Connect server keeps, by kind: its checkpoint dir; Spark Connect's artifact
+    store (``artifacts-*`` in the JVM's ``java.io.tmpdir``, a folder of this run); the driver's
+    copies of files added to the SparkContext (``userFiles-*`` in ``spark.local.dir``); what the
+    executors fetched into their work dirs (not their logs); the rest of ``spark.local.dir``
+    (block manager and shuffle files, driver's and executors'); the rest of the JVM's tmpdir;
+    and (steward) the rest of spark-steward's storage and local dir."""
+    local, tmp = work / "spark-local", work / "jvm-tmp"
+    executors = spark_home() / "work" / app
+    steward_dirs = [work / "steward-storage", work / "steward-local"] if steward else []
+    return {
+        "checkpoints": tree([checkpoints]),
+        "artifacts": tree(tmp.glob("artifacts-*")),
+        "driver_files": tree(local.glob("*/userFiles-*")),
+        "executor_files": tree([executors], skip=lambda p: p.parent.parent == executors
+                               and p.name in ("stdout", "stderr")),
+        "scratch": tree([local], skip=lambda p: any(part.startswith("userFiles-")
+                                                    for part in p.relative_to(local).parts)),
+        "jvm_tmp_other": tree([tmp], skip=lambda p: p.relative_to(tmp).parts[0]
+                              .startswith("artifacts-")),
+        "steward_other": tree(steward_dirs, skip=lambda p: checkpoints in p.parents),
+    }
+
+
+def left(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
+         roots: list[Path]) -> dict[str, Any]:
+    """Per kind, the files there now that were not there before: how many, KiB, a few paths."""
+    def short(path: str) -> str:
+        for root in roots:
+            if path.startswith(str(root) + os.sep):
+                return path[len(str(root)) + 1:]
+        return path
+
+    got: dict[str, Any] = {}
+    for kind in FILE_KINDS:
+        new = {path: size for path, size in after[kind].items() if path not in before[kind]}
+        got[f"left_{kind}_files"] = len(new)
+        got[f"left_{kind}_kib"] = sum(new.values()) / 1024
+        got[f"left_{kind}_examples"] = [short(path) for path in sorted(new)[:3]]
+    got["left_files"] = sum(got[f"left_{kind}_files"] for kind in FILE_KINDS)
+    got["left_kib"] = sum(got[f"left_{kind}_kib"] for kind in FILE_KINDS)
+    return got
+
+
+def cached_rdds(executor_logs: Iterable[Path]) -> tuple[int, float]:
+    """From the executors' logs: the RDDs with blocks cached and never removed (``Removing RDD``),
+    and the KiB of their blocks still in memory (by the block manager's estimates)."""
+    blocks: dict[tuple[str, str], float] = {}
+    removed: set[str] = set()
+    for log in executor_logs:
+        for line in log.read_text(errors="replace").splitlines():
+            if match := STORED.search(line):
+                blocks[(match[1], match[2])] = float(match[3]) * UNITS.get(match[4], 1)
+            elif match := DROPPED.search(line):
+                blocks[(match[1], match[2])] = 0.0  # on disk now, or gone: not in memory
+            elif match := REMOVED_RDD.search(line):
+                removed.add(match[1])
+    held = {(rdd, part): size for (rdd, part), size in blocks.items() if rdd not in removed}
+    return len({rdd for rdd, _ in held}), sum(held.values()) / 1024
+
+
+def server_log(work: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted((work / "logs").glob("*.out")))
+
+
+def log_sessions(log: str, earlier: set[str]) -> tuple[int, int]:
+    """From the server log: the sessions seen but not in ``earlier``, and those of them never
+    closed."""
+    seen = set(SESSION_SEEN.findall(log)) - earlier
+    return len(seen), len(seen - set(SESSION_CLOSED.findall(log)))
+
+
+def steward_sessions(storage: Path, app: str) -> tuple[int | None, int | None]:
+    """``spark-steward status --json``: the application's open and closed Connect sessions at
+    its last heartbeat."""
+    out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "status", "--storage",
+                          storage.as_uri(), "--json"], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    for application in json.loads(out)["applications"]:
+        if application["app_id"] == app:
+            sessions = application.get("sessions") or {}
+            return sessions.get("open_total", 0), sessions.get("closed_total", 0)
+    return None, None
+
+
+def sessions_round(variant: str, root: Path, work: Path, reaper: Reaper, sessions: int,
+                   rows: int) -> dict[str, Any]:
+    steward = variant == "steward"
+    env = spark_env(root, work, autoload=False)
+    port = free_port()
+    url = f"sc://{LOOPBACK}:{port}"
+    tmp = work / "jvm-tmp"
+    tmp.mkdir()
+    storage = work / "steward-storage"
+    conf = [*SESSION_CONF, f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={tmp}"]
+    if not steward:
+        conf.append(f"spark.checkpoint.dir={work / 'checkpoints'}")  # df.checkpoint() needs one
+    cmd = connect_command(work, port, steward_flags(work, server=True) if steward else [], conf)
+    pid_file = server_pid_file(work, env)
+    client_env = connect_client_env(autoload_off=True)
+    artifacts = work / "client-artifacts"
+    artifacts.mkdir()
+    clean = sessions // 2
+    batches = [(0, clean, False), *((first, min(PER_KILLED_CLIENT, sessions - first), True)
+                                    for first in range(clean, sessions, PER_KILLED_CLIENT))]
+    watch = Watch(MILESTONES)
+    record: dict[str, Any] = {"part": "sessions", "variant": variant, "load_before": load(),
+                              "sessions": sessions, "clean": clean, "killed": sessions - clean,
+                              "rows": rows}
+    server = -1
+    launched = time.time()
+    procs: list[subprocess.Popen[bytes]] = []
+    memory: Memory | None = None
+
+    def launch(args: list[str], log: Path, environ: dict[str, str]) -> subprocess.Popen[bytes]:
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(args, env=environ, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        reaper.groups.add(proc.pid)
+        procs.append(proc)
+        return proc
+
+    try:
+        launched = time.time()
+        launch(cmd, work / "start-script.log", env)
+        watch.follow_files(work / "logs", "*.out")
+
+        def server_alive() -> None:
+            nonlocal server
+            if server < 0 and pid_file.is_file() and pid_file.read_text().strip():
+                server = int(pid_file.read_text())
+            if server > 0 and not alive(server):
+                raise Failure(f"the {variant} Connect server died:\n{watch.last_lines()}")
+
+        # A first client (one job, then spark.stop()) waits for the port: the executor has
+        # registered and fetched the server's jars when the baseline below is taken.
+        warmup = launch([sys.executable, os.path.abspath(__file__), "--connect-client", url,
+                         "--out", str(work / "warmup.json")], work / "warmup.log", client_env)
+
+        def warmed() -> bool:
+            if warmup.poll() is None:
+                return False
+            if warmup.returncode != 0:
+                raise Failure(f"the first client exited {warmup.returncode}:\n"
+                              f"{(work / 'warmup.log').read_text()[-3000:]}\n"
+                              f"server log:\n{watch.last_lines()}")
+            return True
+
+        wait_for(warmed, APP_TIMEOUT, "the first client's job", server_alive)
+        app = wait_for(lambda: watch.first("app"), 60, "the server's application id")[1]
+        record["app_id"] = app
+        if steward:
+            attached = wait_for(lambda: watch.first("attached"), ATTACH_TIMEOUT,
+                                "the hosted runtime's 'attached to'", server_alive)[1]
+            if attached != app:
+                raise Failure(f"the runtime attached to {attached}, the server runs {app}")
+        server_alive()
+        checkpoints = storage / "apps" / app / "spark-checkpoints" if steward \
+            else work / "checkpoints"
+        before = server_files(work, app, checkpoints, steward)
+        earlier = set(SESSION_SEEN.findall(server_log(work)))  # the first client's
+        memory = Memory(server)
+        record["rss_before"] = memory.now()
+        memory.start()
+        # The clients: the clean sessions in one process, the killed ones by PER_KILLED_CLIENT.
+        started = time.monotonic()
+        clients: list[tuple[subprocess.Popen[bytes], Path, bool]] = []
+        for first, count, hold in batches:
+            log = work / f"client-{first}.log"
+            clients.append((launch([sys.executable, os.path.abspath(__file__), "--sessions-client",
+                                    url, "--first", str(first), "--count", str(count), "--rows",
+                                    str(rows), "--out", str(artifacts),
+                                    *(["--hold"] if hold else [])], log, client_env), log, hold))
+        ids: list[str] = []
+
+        def ready() -> bool:
+            server_alive()
+            for proc, log, hold in clients:
+                text = log.read_text(errors="replace")
+                if READY not in text or (not hold and proc.poll() is None):
+                    if proc.poll() is not None:
+                        raise Failure(f"a client exited {proc.returncode}:\n{clip(text)}\n"
+                                      f"server log:\n{watch.last_lines()}")
+                    return False
+                if not hold and proc.returncode != 0:
+                    raise Failure(f"the clean client exited {proc.returncode}:\n{clip(text)}")
+            return True
+
+        try:
+            wait_for(ready, APP_TIMEOUT + 10 * sessions, "the clients' sessions")
+        except Failure as exc:
+            raise Failure(f"{exc}\n" + "".join(
+                f"{log.name}:\n{clip(log.read_text(errors='replace'))}\n"
+                for _, log, _ in clients) + f"server log:\n{watch.last_lines()}") from None
+        for proc, log, hold in clients:
+            line = next(ln for ln in log.read_text(errors="replace").splitlines()
+                        if ln.startswith(READY))
+            ids += json.loads(line[len(READY):])
+        if len(set(ids)) != sessions:
+            raise Failure(f"expected {sessions} distinct sessions, the clients had {len(set(ids))}")
+        record["clients_s"] = time.monotonic() - started
+        for proc, log, hold in clients:
+            if hold and proc.poll() is not None:
+                raise Failure(f"a client that keeps its sessions exited {proc.returncode} before "
+                              f"the kill:\n{clip(log.read_text(errors='replace'))}")
+        for proc, _, hold in clients:
+            if hold:
+                proc.kill()
+                proc.wait()
+        killed = time.monotonic()
+        record["rdd_folders_at_kill"] = rdd_folders(checkpoints)
+        if record["rdd_folders_at_kill"] < sessions - clean:  # the killed sessions' are there
+            raise Failure(f"{record['rdd_folders_at_kill']} rdd-* folders in {checkpoints} for "
+                          f"{sessions - clean} open sessions: the checkpoints went elsewhere, or "
+                          f"the sessions closed before their clients were killed")
+        # Expiry of the killed clients' sessions; meanwhile, when the last checkpoint folder went.
+        gone: float | None = None
+        while (waited := time.monotonic() - killed) < SETTLE_S:
+            server_alive()
+            if gone is None and not rdd_folders(checkpoints):
+                gone = waited
+            time.sleep(SAMPLE)
+        record["rdd_folders_gone_s"] = gone
+        record["rss_peak"] = memory.stop()
+        record["rss_after"] = memory.now()
+        after = server_files(work, app, checkpoints, steward)
+        record.update(left(before, after, [work, spark_home() / "work"]))
+        record["rdd_folders"] = rdd_folders(checkpoints)
+        record["cached_rdds"], record["cached_kib"] = cached_rdds(
+            (spark_home() / "work" / app).glob("*/stderr"))
+        record["sessions_seen_log"], record["sessions_open_log"] = log_sessions(
+            server_log(work), earlier)
+        record["steward_open"], record["steward_closed"] = \
+            steward_sessions(storage, app) if steward else (None, None)
+        for kind in Memory.KINDS:
+            for when in ("before", "peak", "after"):
+                record[f"{kind}_rss_{when}"] = record[f"rss_{when}"][kind] or None
+        stop_start = time.monotonic()
+        subprocess.run([str(spark_home() / "sbin" / "stop-connect-server.sh")], env=env,
+                       capture_output=True, timeout=60, start_new_session=True)
+        wait_for(lambda: not alive(server), STOP_TIMEOUT, "the server's exit")
+        record["stop_s"] = time.monotonic() - stop_start
+    finally:
+        if memory is not None:
+            memory.stop()
+        watch.stop()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        record["killed_after"] = reaper.sweep()
+        record["milestones_s"] = {name: when - launched
+                                  for name, (when, _) in watch.seen.items()}
+        forget_app(watch)
+    record["load_after"] = load()
+    return record
+
+
 # -- the report ----------------------------------------------------------------------------------
 
 def stats(values: list[float]) -> dict[str, Any]:
@@ -613,7 +1093,8 @@ def per_round(records: list[dict[str, Any]], variant: str, field: str) -> list[f
 
 
 def table(title: str, records: list[dict[str, Any]], variants: tuple[str, ...],
-          fields: list[tuple[str, str]], ratios: list[tuple[str, str]]) -> dict[str, Any]:
+          fields: list[tuple[str, str]], ratios: list[tuple[str, str]],
+          digits: int = 2) -> dict[str, Any]:
     """Prints one markdown table: every field's median (min..max), then the ratios vs plain."""
     print(f"\n{title}\n")
     head = ["variant", *(label for label, _ in fields), *(label for label, _ in ratios)]
@@ -621,7 +1102,7 @@ def table(title: str, records: list[dict[str, Any]], variants: tuple[str, ...],
     print("|" + "---|" * len(head))
     summary: dict[str, Any] = {}
     for v in variants:
-        cells = [cell(column(records, v, f)) for _, f in fields]
+        cells = [cell(column(records, v, f), digits) for _, f in fields]
         got: dict[str, Any] = {f: stats(column(records, v, f)) for _, f in fields}
         for _, f in ratios:
             values = per_round(records, v, f)
@@ -640,19 +1121,98 @@ def extra_stats(records: list[dict[str, Any]], variants: tuple[str, ...],
     return {v: {f: stats(column(records, v, f)) for f in fields} for v in variants}
 
 
-def report(records: list[dict[str, Any]], rounds: int, idle: float) -> dict[str, Any]:
+def sessions_report(records: list[dict[str, Any]], rounds: int) -> dict[str, Any]:
+    first = records[0]
+    killed_clients = -(-first["killed"] // PER_KILLED_CLIENT)
+    print(f"\nsessions: {rounds} rounds, one fresh Connect server per variant and round; "
+          f"{first['sessions']} client sessions per server: {first['clean']} end with "
+          f"spark.stop() (one client process), {first['killed']} belong to {killed_clients} client"
+          f" process(es) SIGKILLed once all ran. Each session: spark.addArtifacts(<a "
+          f"{ARTIFACT_BYTES // 1024} KiB file>, file=True), spark.range({first['rows']})"
+          f".selectExpr(...).checkpoint().count(), spark.range({first['rows']} + k).cache()"
+          f".count(). Both servers: spark.connect.session.manager.defaultSessionTimeout="
+          f"{SESSION_TIMEOUT_S}s (the default is 60 min) and maintenanceInterval={MAINTENANCE_S}s;"
+          f" plain has spark.checkpoint.dir set (plain Connect's df.checkpoint() needs one), "
+          f"steward the `conf --server` flags and no checkpoint dir. Figures read {SETTLE_S} s "
+          f"after the last client was done or killed; files: those not there before the clients"
+          f" (after a first client's job); median (min..max); ratio = median of the per-round "
+          f"ratios to plain (min..max)")
+    kinds = [("checkpoints", "checkpoints"), ("artifact store", "artifacts"),
+             ("driver's file copies", "driver_files"), ("executor work dirs", "executor_files"),
+             ("spark.local.dir rest", "scratch"), ("JVM tmpdir rest", "jvm_tmp_other"),
+             ("steward's own", "steward_other")]
+    summary: dict[str, Any] = {}
+    summary["files"] = table(
+        "sessions: files left on the server", records, SESSION_VARIANTS,
+        [*((label, f"left_{kind}_files") for label, kind in kinds), ("all", "left_files")],
+        [("checkpoints / plain", "left_checkpoints_files"), ("all / plain", "left_files")],
+        digits=0)
+    summary["kib"] = table(
+        "sessions: KiB left on the server", records, SESSION_VARIANTS,
+        [*((label, f"left_{kind}_kib") for label, kind in kinds), ("all", "left_kib")],
+        [("checkpoints / plain", "left_checkpoints_kib"), ("all / plain", "left_kib")],
+        digits=1)
+    summary["state"] = table(
+        "sessions: what the server holds", records, SESSION_VARIANTS,
+        [("rdd-* folders at the kill", "rdd_folders_at_kill"), ("rdd-* folders", "rdd_folders"),
+         ("cached RDDs (executor log)", "cached_rdds"), ("their KiB in memory", "cached_kib"),
+         ("sessions seen (server log)", "sessions_seen_log"),
+         ("never closed (server log)", "sessions_open_log"),
+         ("open (steward status)", "steward_open"),
+         ("closed (steward status, with the first client's)", "steward_closed")], [], digits=0)
+    summary["memory"] = table(
+        "sessions: server memory, VmRSS MiB: before the clients (after a first job), peak while "
+        "they ran and until the figures were read, then", records, SESSION_VARIANTS,
+        [(f"{label} {when}", f"{kind}_rss_{when}")
+         for label, kind in (("JVM", "jvm"), ("hosted runtime", "runtime"),
+                             ("executor", "executors"))
+         for when in ("before", "peak", "after")],
+        [("JVM + runtime peak / plain", "server_rss_peak"),
+         ("JVM + runtime after / plain", "server_rss_after")], digits=0)
+    print("\nJVM + hosted runtime, MiB before / peak / after: " + "; ".join(
+        f"{v} " + " / ".join(cell(column(records, v, f"server_rss_{when}"), 0)
+                             for when in ("before", "peak", "after"))
+        for v in SESSION_VARIANTS))
+    summary["extra"] = extra_stats(records, SESSION_VARIANTS, [
+        "clients_s", "rdd_folders_gone_s", "stop_s", "server_rss_before", "server_rss_peak",
+        "server_rss_after"])
+    steward = [r for r in records if r["variant"] == "steward"]
+    met = sum(1 for r in steward if r["left_checkpoints_files"] == 0)
+    print(f"\ntarget, no checkpoint file left by steward {SETTLE_S} s after the last client: met "
+          f"in {met} of {len(steward)} rounds; the last rdd-* folder was gone "
+          f"{cell(column(records, 'steward', 'rdd_folders_gone_s'), 1)} s after the kill; plain "
+          f"left {cell(column(records, 'plain', 'left_checkpoints_files'), 0)} checkpoint files in"
+          f" {cell(column(records, 'plain', 'rdd_folders'), 0)} rdd-* folders")
+    print(f"clients ran their sessions in: plain {cell(column(records, 'plain', 'clients_s'), 1)} s"
+          f", steward {cell(column(records, 'steward', 'clients_s'), 1)} s")
+    for v in SESSION_VARIANTS:
+        last = [r for r in records if r["variant"] == v][-1]
+        examples = [f"{kind}: {last[f'left_{kind}_examples'][0]}" for _, kind in kinds
+                    if last[f"left_{kind}_examples"]]
+        if examples:
+            print(f"{v} left, e.g. (round {last['round'] + 1}):\n  " + "\n  ".join(examples))
+    return summary
+
+
+def report(records: list[dict[str, Any]], rounds: int, session_rounds: int,
+           idle: float) -> dict[str, Any]:
     import pyspark
 
     import spark_steward
 
     loads = [x for r in records for x in (r["load_before"], r["load_after"])]
-    print(f"\nbench/connect.py: {rounds} rounds, {MASTER}, one fresh application per variant and "
-          f"round; seconds from the launch, median (min..max); ratio = median of the per-round "
-          f"ratios to plain (min..max)")
-    print(f"pyspark {pyspark.__version__}, spark-steward from "
+    print(f"\nbench/connect.py, {MASTER}: pyspark {pyspark.__version__}, spark-steward from "
           f"{os.path.dirname(spark_steward.__file__)}, {os.cpu_count()} cores, 1-minute load "
           f"average around the applications {min(loads):.2f}..{max(loads):.2f}")
     summary: dict[str, Any] = {}
+    sessions = [r for r in records if r["part"] == "sessions"]
+    if sessions:
+        summary["sessions"] = sessions_report(sessions, session_rounds)
+    records = [r for r in records if r["part"] != "sessions"]
+    if records:
+        print(f"\nstart: {rounds} rounds, one fresh application per variant and round; seconds "
+              f"from the launch, median (min..max); ratio = median of the per-round ratios to "
+              f"plain (min..max)")
     connect = [r for r in records if r["part"] == "connect"]
     if connect:
         summary["connect"] = table(
@@ -689,9 +1249,10 @@ def report(records: list[dict[str, Any]], rounds: int, idle: float) -> dict[str,
         if late:
             print(f"\nhosted: the runtime had not attached when the script called spark.stop() in "
                   f"round(s) {', '.join(str(n + 1) for n in late)}")
-    print("\nwhere the time goes, median s from the launch of the log lines' first appearance: "
-          "driver RPC up ('sparkDriver'), hosted runtime started, executor registered, runtime "
-          "attached, Connect server started")
+    if records:
+        print("\nwhere the time goes, median s from the launch of the log lines' first appearance:"
+              " driver RPC up ('sparkDriver'), hosted runtime started, executor registered, "
+              "runtime attached, Connect server started")
     names = ("driver_port", "runtime_started", "executor_registered", "attached",
              "connect_started")
     for part, variants in (("connect", CONNECT_VARIANTS), ("classic", CLASSIC_VARIANTS)):
@@ -701,12 +1262,13 @@ def report(records: list[dict[str, Any]], rounds: int, idle: float) -> dict[str,
                 print(f"  {part:<8} {v:<11}" + "  ".join(
                     f"{name} {statistics.median(vals):.2f}" for name in names
                     if (vals := [m[name] for m in got if name in m])))
-    summary["milestones"] = {
-        part: extra_stats([{"variant": r["variant"], **r["milestones_s"]} for r in records
-                           if r["part"] == part], variants, list(MILESTONES))
-        for part, variants in (("connect", CONNECT_VARIANTS), ("classic", CLASSIC_VARIANTS))}
-    killed = [(r["part"], r["variant"], r["round"], r["killed_after"]) for r in records
-              if r["killed_after"]]
+    if records:
+        summary["milestones"] = {
+            part: extra_stats([{"variant": r["variant"], **r["milestones_s"]} for r in records
+                               if r["part"] == part], variants, list(MILESTONES))
+            for part, variants in (("connect", CONNECT_VARIANTS), ("classic", CLASSIC_VARIANTS))}
+    killed = [(r["part"], r["variant"], r["round"], r["killed_after"])
+              for r in [*sessions, *records] if r["killed_after"]]
     if killed:
         print(f"\nneeded SIGKILL after the application had ended: {killed}")
     return summary
@@ -716,22 +1278,40 @@ def report(records: list[dict[str, Any]], rounds: int, idle: float) -> dict[str,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", choices=MEASUREMENTS,
+                        help="one of the two measurements (default: both)")
+    parser.add_argument("--rounds", type=int,
+                        help="rounds of each measurement (default: 5 of start, 3 of sessions)")
     parser.add_argument("--parts", type=lambda s: s.split(","), default=list(PARTS),
-                        help="comma-separated, of connect, classic")
+                        help="start: comma-separated, of connect, classic")
     parser.add_argument("--idle", type=float, default=5.0, metavar="SECONDS",
-                        help="idle time per Connect server for the idle CPU figures (5)")
+                        help="start: idle time per Connect server for the idle CPU figures (5)")
+    parser.add_argument("--sessions", type=int, default=100,
+                        help="sessions: client sessions per server, half killed (100)")
+    parser.add_argument("--rows", type=int, default=10_000,
+                        help="sessions: rows each session checkpoints and caches (10000)")
     parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     parser.add_argument("--connect-client", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--classic-child", choices=CLASSIC_VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--sessions-client", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--hold", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.connect_client:
         return connect_client(args.connect_client, Path(args.out))
     if args.classic_child:
         return classic_child(args.classic_child, Path(args.out))
+    if args.sessions_client:
+        return sessions_client(args.sessions_client, args.first, args.count, args.rows,
+                               args.hold, Path(args.out))
     if unknown := [p for p in args.parts if p not in PARTS]:
         parser.error(f"unknown parts {unknown}")
+    if args.sessions < 2 or args.rows < 1:
+        parser.error("--sessions needs at least 2 (one clean, one killed), --rows at least 1")
+    start_rounds = 0 if args.only == "sessions" else (args.rounds or 5)
+    session_rounds = 0 if args.only == "start" else (args.rounds or 3)
 
     def terminate(signum: int, frame: Any) -> None:
         raise Terminated()
@@ -747,7 +1327,7 @@ def main() -> int:
     records: list[dict[str, Any]] = []
     began = time.monotonic()
     try:
-        for round_no in range(args.rounds):
+        for round_no in range(start_rounds):
             for part, variants in (("connect", CONNECT_VARIANTS), ("classic", CLASSIC_VARIANTS)):
                 if part not in args.parts:
                     continue
@@ -763,12 +1343,29 @@ def main() -> int:
                     record["round"] = round_no
                     records.append(record)
                     attached = record.get("attached_s")
-                    progress(f"round {round_no + 1}/{args.rounds} {part:<7} {variant:<10} first "
+                    progress(f"round {round_no + 1}/{start_rounds} {part:<7} {variant:<10} first "
                              f"job {record['first_result_s']:6.2f}s  attached "
                              + (f"{attached:6.2f}s" if attached is not None else "     -")
                              + (f"  exit {record['exit_s']:6.2f}s" if "exit_s" in record else
                                 f"  stop {record['stop_s']:5.2f}s")
                              + f"  (load {record['load_before']:.2f})")
+        for round_no in range(session_rounds):
+            variants = SESSION_VARIANTS
+            for variant in [variants[(i + round_no) % len(variants)]
+                            for i in range(len(variants))]:
+                work = root / f"sessions-{variant}-{round_no}"
+                work.mkdir()
+                record = sessions_round(variant, root, work, reaper, args.sessions, args.rows)
+                shutil.rmtree(work, ignore_errors=True)
+                record["round"] = round_no
+                records.append(record)
+                progress(f"round {round_no + 1}/{session_rounds} sessions {variant:<8} clients "
+                         f"{record['clients_s']:5.1f}s  left: checkpoint files "
+                         f"{record['left_checkpoints_files']}, all files {record['left_files']}"
+                         f" ({record['left_kib']:.0f} KiB), cached RDDs {record['cached_rdds']}, "
+                         f"open sessions {record['sessions_open_log']}  JVM RSS "
+                         f"{record['jvm_rss_before']:.0f}/{record['jvm_rss_peak']:.0f}/"
+                         f"{record['jvm_rss_after']:.0f} MiB  (load {record['load_before']:.2f})")
     except (KeyboardInterrupt, Terminated):
         progress("interrupted: stopping what this run started")
         raise
@@ -777,15 +1374,17 @@ def main() -> int:
         if killed:
             progress(f"SIGKILLed at the end: {killed}")
         shutil.rmtree(root, ignore_errors=True)
-    summary = report(records, args.rounds, args.idle)
+    summary = report(records, start_rounds, session_rounds, args.idle)
     print(f"\n{len(records)} applications in {time.monotonic() - began:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"args": {k: v for k, v in vars(args).items() if k in ("rounds", "parts", "idle")},
+            {"args": {k: v for k, v in vars(args).items()
+                      if k in ("only", "rounds", "parts", "idle", "sessions", "rows")},
+             "rounds": {"start": start_rounds, "sessions": session_rounds},
              "master": MASTER, "load_start": load_start, "load_end": load(),
-             "records": records, "summary": summary}, indent=1) + "\n")
+             "session_timeout_s": SESSION_TIMEOUT_S, "maintenance_interval_s": MAINTENANCE_S,
+             "settle_s": SETTLE_S, "records": records, "summary": summary}, indent=1) + "\n")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
