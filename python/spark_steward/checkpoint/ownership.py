@@ -28,11 +28,11 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Callable
 
+from spark_steward.applications import ApplicationRegistry
 from spark_steward.checkpoint import spark_checkpoints as hooks
 from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, spark_series)
 from spark_steward.checkpoint.store import CheckpointStore
-from spark_steward.applications import ApplicationRegistry
 from spark_steward.checkpoint.config_keys import CHECKPOINTS_TRANSPARENT
 from spark_steward.errors import StewardError
 from spark_steward.kernel import jvm
@@ -190,7 +190,6 @@ class SparkCheckpointOwner:
                 with self._lock:
                     if self._rdds.get(rdd_id) is entry:
                         self._rdds[rdd_id] = self.store.complete(entry)
-
 
     # -- Connect sessions ----------------------------------------------------------------------
 
