@@ -512,18 +512,24 @@ def connect_round(variant: str, root: Path, work: Path, reaper: Reaper,
         wait_for(lambda: not alive(server), STOP_TIMEOUT, "the server's exit")
         record["stop_s"] = time.monotonic() - stop_start
     finally:
-        watch.stop()
-        for proc in (client, script):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-            if proc is not None:
-                proc.wait()
-        record["killed_after"] = reaper.sweep()
-        record["milestones_s"] = {name: when - launched
-                                  for name, (when, _) in watch.seen.items()}
-        forget_app(watch)
+        end_round(record, watch, reaper, launched, client, script)
     record["load_after"] = load()
     return record
+
+
+def end_round(record: dict[str, Any], watch: "Watch", reaper: "Reaper", launched: float,
+              *procs: "subprocess.Popen[Any] | None") -> None:
+    """A start round's end, also on failure: stops following the logs, kills and reaps what
+    it started, and records the leftovers swept and when each milestone came."""
+    watch.stop()
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if proc is not None:
+            proc.wait()
+    record["killed_after"] = reaper.sweep()
+    record["milestones_s"] = {name: when - launched for name, (when, _) in watch.seen.items()}
+    forget_app(watch)
 
 
 # -- 2. classic start ----------------------------------------------------------------------------
@@ -619,15 +625,7 @@ def classic_round(variant: str, root: Path, work: Path, reaper: Reaper) -> dict[
             runtime_pid=got["runtime_pids"][0] if got["runtime_pids"] else None,
             attached_before_stop=bool(attached and attached[0] <= got["stop"]))
     finally:
-        watch.stop()
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-        if proc is not None:
-            proc.wait()
-        record["killed_after"] = reaper.sweep()
-        record["milestones_s"] = {name: when - launched
-                                  for name, (when, _) in watch.seen.items()}
-        forget_app(watch)
+        end_round(record, watch, reaper, launched, proc)
     record["load_after"] = load()
     return record
 

@@ -10,27 +10,16 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests.cluster.conftest import steward_setup
 from tests.cluster.harness import Cluster, HostProcess
+from tests.connect.harness import wait_until
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 PORT = 15002
 _APP_ID = re.compile(r"\bapp-\d{14}-\d{4}\b")
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.2)
 
 
 def client_script(url: str, code: str, hold: bool) -> str:

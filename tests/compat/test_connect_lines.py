@@ -20,8 +20,8 @@ import pytest
 
 from tests.compat.harness import install
 from tests.compat.lines import LINES, requested_lines
-from tests.connect.harness import ConnectServer, wait_until
-from tests.connect.test_connect_server import checkpoint_folders, server_flags, sessions_of
+from tests.connect.harness import (ConnectServer, checkpoint_folders, server_flags,
+                                   sessions_of, wait_until)
 
 pytestmark = pytest.mark.spark
 

@@ -256,3 +256,29 @@ class ConnectServer:
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT=")]
         assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-5000:]
         return json.loads(lines[-1][len("RESULT="):])
+
+
+# -- what tests ask of a server and its storage ------------------------------------------------
+
+def server_flags(storage: Path, local: Path, *extra: str) -> list[str]:
+    """``spark-steward conf --server``'s flags, as an operator would paste them."""
+    out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "conf", "--server",
+                          "--storage", storage.as_uri(), "--local-dir", str(local)],
+                         check=True, capture_output=True, text=True).stdout.split()
+    out += ["--conf", "spark.steward.heartbeat.interval=1s"]
+    for item in extra:
+        out += ["--conf", item]
+    return out
+
+
+def checkpoint_folders(storage: Path, app: str) -> set[str]:
+    """Ground truth: the rdd-<id> folders in the server's checkpoint dir."""
+    return {p.name for p in (storage / "apps" / app / "spark-checkpoints").glob("*/rdd-*")}
+
+
+def sessions_of(storage: Path) -> dict[str, object]:
+    """The one application's sessions as `spark-steward status --json` reports them."""
+    out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "status", "--storage",
+                          storage.as_uri(), "--json"], capture_output=True, text=True, check=True)
+    [app] = json.loads(out.stdout)["applications"]
+    return app["sessions"] or {"open": [], "open_total": 0, "closed_total": 0}

@@ -22,22 +22,12 @@ import pytest
 from spark_steward.applications import ApplicationRegistry
 from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.storage import Storage
-from tests.connect.harness import ConnectServer, alive, wait_until
+from tests.connect.harness import (ConnectServer, alive, checkpoint_folders, server_flags,
+                                   sessions_of, wait_until)
 
 pytestmark = pytest.mark.skipif(
     not (Path(__import__("pyspark").__file__).parent / "sbin" / "start-connect-server.sh")
     .is_file() or __import__("pyspark").__version__ < "4", reason="needs pyspark 4's Connect server")
-
-
-def server_flags(storage: Path, local: Path, *extra: str) -> list[str]:
-    """``spark-steward conf --server``'s flags, as an operator would paste them."""
-    out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "conf", "--server",
-                          "--storage", storage.as_uri(), "--local-dir", str(local)],
-                         check=True, capture_output=True, text=True).stdout.split()
-    out += ["--conf", "spark.steward.heartbeat.interval=1s"]
-    for item in extra:
-        out += ["--conf", item]
-    return out
 
 
 def registry(storage: Path) -> ApplicationRegistry:
@@ -148,23 +138,11 @@ def test_a_killed_runtime_restarts_while_the_application_stays_live(served) -> N
     second = wait_until(lambda: [p for p in server.runtime_pids() if p != first], 60,
                         "the restarted runtime")
     log = server.log()
-    assert f"exited with status 137" in log or "exited with status" in log
+    assert "exited with status" in log
     assert "driver runtime started again" in log
     before = reg.read(app).heartbeat_at
     wait_until(lambda: reg.read(app).heartbeat_at > before, 30, "the new runtime's heartbeat")
     assert reg.read(app).pid == server.pid and len(second) == 1
-
-
-def checkpoint_folders(storage: Path, app: str) -> set[str]:
-    """Ground truth: the rdd-<id> folders in the server's checkpoint dir."""
-    return {p.name for p in (storage / "apps" / app / "spark-checkpoints").glob("*/rdd-*")}
-
-
-def sessions_of(storage: Path) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-m", "spark_steward.cli", "status", "--storage",
-                          storage.as_uri(), "--json"], capture_output=True, text=True, check=True)
-    [app] = json.loads(out.stdout)["applications"]
-    return app["sessions"] or {"open": [], "open_total": 0, "closed_total": 0}
 
 
 def test_each_connect_session_owns_its_checkpoints_until_it_closes(served) -> None:

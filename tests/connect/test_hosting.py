@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.connect.test_connect_server import server_flags
+from tests.connect.harness import server_flags
 
 
 def test_api_mode_connect_with_a_local_master_runs_the_runtime_in_process(tmp_path: Path) -> None:

@@ -337,11 +337,6 @@ def ping(sc: "SparkContext") -> None:
     cast(Any, sc._jvm).java.lang.System.currentTimeMillis()
 
 
-def hosted_runtime_pid(sc: "SparkContext") -> int:
-    """The pid of the runtime the plugin hosts in ``sc``'s JVM, -1 when none runs."""
-    return int(call(sc, "hostedRuntimePid")) if shim_on_classpath(sc) else -1
-
-
 def release(*objects: Any) -> None:
     """Drops py4j's references to JVM objects now instead of at Python's next GC."""
     for obj in objects:

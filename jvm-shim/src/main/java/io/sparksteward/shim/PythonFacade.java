@@ -60,19 +60,6 @@ public final class PythonFacade {
     return bridge != null && bridge.serves(sc);
   }
 
-  // -- the hosted runtime (RuntimeHost) -------------------------------------------------------
-
-  /** For the runtime the plugin hosts: its SparkContext once built, null after the timeout. */
-  public static SparkContext hostedContext(long timeoutMillis) throws InterruptedException {
-    return RuntimeHost.awaitContext(timeoutMillis);
-  }
-
-  /** The pid of the runtime the plugin hosts in this JVM, -1 when none runs. */
-  public static long hostedRuntimePid() {
-    RuntimeHost host = RuntimeHost.current();
-    return host == null ? -1 : host.pid();
-  }
-
   /** Up to {@code max} events as one JSON batch; waits up to {@code waitMillis} for the first. */
   public static String drainEvents(EventBridge bridge, int max, long waitMillis)
       throws InterruptedException {
@@ -82,6 +69,13 @@ public final class PythonFacade {
   /** Waits for Spark's listener bus to hand over every posted event; -1 on timeout. */
   public static long flushEvents(EventBridge bridge, long timeoutMillis) {
     return bridge.flush(timeoutMillis);
+  }
+
+  // -- the hosted runtime (RuntimeHost) -------------------------------------------------------
+
+  /** For the runtime the plugin hosts: its SparkContext once built, null after the timeout. */
+  public static SparkContext hostedContext(long timeoutMillis) throws InterruptedException {
+    return RuntimeHost.awaitContext(timeoutMillis);
   }
 
   // -- metrics (StewardMetrics) -------------------------------------------------------------------

@@ -91,11 +91,6 @@ public final class RuntimeHost {
     return host;
   }
 
-  /** The host of this JVM, or null. */
-  public static RuntimeHost current() {
-    return current;
-  }
-
   private void contextReady() {
     synchronized (lock) {
       contextReady = true;
@@ -125,13 +120,6 @@ public final class RuntimeHost {
     }
   }
 
-  /** The pid of the running runtime process, or -1. */
-  public long pid() {
-    synchronized (lock) {
-      return process != null && process.isAlive() ? pidOf(process) : -1;
-    }
-  }
-
   /** {@code Process.pid()} where the JVM has it (9 and later; the shim builds for 8), else -1. */
   static long pidOf(Process process) {
     try {
@@ -149,13 +137,6 @@ public final class RuntimeHost {
       return ((Number) handle.getMethod("pid").invoke(current)).longValue();
     } catch (ReflectiveOperationException | RuntimeException e) {
       return -1;
-    }
-  }
-
-  /** How many times the process was started (1 when it never died). */
-  public int starts() {
-    synchronized (lock) {
-      return starts;
     }
   }
 
