@@ -216,6 +216,11 @@ LINE_SPECIFIC = {
         (("io/sparksteward/shim/streams/StreamCheckpointFilesV40",
           "io/sparksteward/shim/StreamCheckpointFilesV40"),
          "org/apache/spark/sql/execution/streaming/CheckpointFileManager"),
+        # The Connect command extension: Spark loads it by name from the server's conf, which
+        # only a line with Connect's server has.
+        (("io/sparksteward/shim/connect/StewardCommands",
+          "io/sparksteward/shim/connect/Payload"),
+         "org/apache/spark/sql/connect/plugin/CommandPlugin"),
     )
     for name in names
 }

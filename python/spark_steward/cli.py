@@ -84,9 +84,13 @@ def cmd_conf(args: argparse.Namespace) -> int:
     if args.server:
         # No Python of ours adds these where no PySpark builds the context (kernel/autoload).
         from spark_steward.kernel.jvm import PLUGIN_CLASS
-        from spark_steward.kernel.shim import jar_path
+        from spark_steward.kernel.remote_server import COMMAND_CLASS, COMMAND_CLASSES_KEY
+        from spark_steward.kernel.shim import jar_has_class, jar_path
 
-        pairs = [("spark.jars", str(jar_path(""))), ("spark.plugins", PLUGIN_CLASS), *pairs]
+        jar = jar_path("")
+        pairs = [("spark.jars", str(jar)), ("spark.plugins", PLUGIN_CLASS), *pairs]
+        if jar_has_class(jar, COMMAND_CLASS):  # built against a Spark line with Connect
+            pairs.insert(2, (COMMAND_CLASSES_KEY, COMMAND_CLASS))
     if args.format == "properties":
         width = max(len(k) for k, _ in pairs)
         for key, value in pairs:

@@ -61,6 +61,11 @@ class RecordCorrupt(ChecksumMismatch):
     """A metadata record is unreadable or fails verification; the message names the path."""
 
 
+class MalformedCommand(StewardError, ValueError):
+    """A spark-steward Spark Connect command or reply that is not what the wire expects (see
+    :mod:`spark_steward.kernel.remote_wire`); the message says what is wrong."""
+
+
 
 def _capability_errors() -> dict[str, type[StewardError]]:
     """Every declared capability's error classes by name."""

@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from spark_steward.blob.archives import unpack_once
 from spark_steward.blob.keys import BlobKey, BlobKind, BlobRef
-from spark_steward.errors import StewardError
+from spark_steward.errors import NotAttached, SetupError, StewardError
 
 if TYPE_CHECKING:
     from spark_steward.blob.service import BlobService
@@ -39,7 +39,18 @@ def _service() -> "BlobService":
     from spark_steward.blob.service import BlobService
     from spark_steward.kernel.runtime import runtime_for
 
-    return runtime_for(None).service(BlobService)
+    try:
+        return runtime_for(None).service(BlobService)
+    except NotAttached:
+        from spark_steward.kernel.remote_client import connect_session
+
+        if connect_session(None) is not None:
+            raise SetupError(
+                "spark_steward.blobs is not available through Spark Connect: ship files with "
+                "spark.addArtifacts(path, file=True) and read them in UDFs with "
+                "SparkFiles.get(name), or use blobs in a classic driver (spark-submit "
+                "without --remote)") from None
+        raise
 
 
 def put(source: str | os.PathLike[str] | bytes | bytearray | memoryview,

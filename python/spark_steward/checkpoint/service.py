@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from spark_steward.applications import CleanupBacklog
 from spark_steward.checkpoint import data
+from spark_steward.checkpoint import remote as remote_checkpoints
 from spark_steward.checkpoint.lifecycle import (CheckpointEntry, CheckpointKind,
                                                  CheckpointState, spark_series, validate_series)
 from spark_steward.checkpoint.merging.dataframes import ARTIFACT_FORMAT as MERGED_FORMAT
@@ -30,7 +31,7 @@ from spark_steward.checkpoint.config_keys import (CHECKPOINTS_COMPRESSION, CHECK
 from spark_steward.config import CLEANUP_SHUTDOWN_TIMEOUT
 from spark_steward.checkpoint.errors import CheckpointCorrupt, CheckpointError
 from spark_steward.errors import StewardError
-from spark_steward.kernel import jvm
+from spark_steward.kernel import jvm, remote_client
 from spark_steward.kernel.runtime import RuntimeService, runtime_for
 from spark_steward.kernel.session import require_classic, session_value
 
@@ -55,6 +56,10 @@ class CheckpointService(RuntimeService):
     name: ClassVar[str] = "checkpoints"
     rank: ClassVar[int] = 30
     # Ownership of Spark's checkpoints first, then the replacement of df.checkpoint().
+    remote_ops: ClassVar[Mapping[str, str]] = {
+        op: f"spark_steward.checkpoint.commands:serve_{op.split('.')[1]}"
+        for op in ("checkpoints.save", "checkpoints.latest", "checkpoints.restore",
+                   "checkpoints.ls", "checkpoints.drop")}
     driver_hooks: ClassVar[tuple[str, ...]] = ("spark_steward.checkpoint.ownership:install",
                                                "spark_steward.checkpoint.replace_builtin:install")
 
@@ -192,7 +197,7 @@ class CheckpointSeries:
         if retained is not None and (not isinstance(retained, int) or retained < 1):
             raise CheckpointError(f"retained={retained!r} for series {name!r} is not valid: "
                                   "expected a whole number of at least 1")
-        if spark is not None:
+        if spark is not None and remote_client.connect_session(spark) is None:
             require_classic(spark)  # at the call that names the session, not at a later save
         self._retained = retained
         self._spark = spark
@@ -218,6 +223,9 @@ class CheckpointSeries:
         With ``checkpoints.file-merging.enabled`` (the default) the partitions become segments
         of a few physical files.
         """
+        remote = remote_client.connect_session(df)
+        if remote is not None:
+            return remote_checkpoints.save(remote, self.name, self._retained, df)
         runtime, service = self._service(df.sparkSession)
         store = service.require_store()
         runtime.require_shared_storage("checkpoints")
@@ -241,6 +249,9 @@ class CheckpointSeries:
     def latest(self, spark: "SparkSession | None" = None) -> "DataFrame":
         """The newest completed checkpoint as a DataFrame (also one an earlier application
         wrote); CheckpointNotFound when the series has none."""
+        remote = remote_client.connect_session(spark or self._spark)
+        if remote is not None:
+            return remote_checkpoints.read(remote, self.name, None)
         runtime, service = self._service(spark)
         store = service.require_store()
         store.refresh(self.name)
@@ -248,6 +259,9 @@ class CheckpointSeries:
 
     def restore(self, checkpoint_id: int, spark: "SparkSession | None" = None) -> "DataFrame":
         """Completed checkpoint ``checkpoint_id`` of this series as a DataFrame."""
+        remote = remote_client.connect_session(spark or self._spark)
+        if remote is not None:
+            return remote_checkpoints.read(remote, self.name, int(checkpoint_id))
         runtime, service = self._service(spark)
         store = service.require_store()
         store.refresh(self.name)
@@ -256,6 +270,9 @@ class CheckpointSeries:
 
     def ls(self, spark: "SparkSession | None" = None) -> "builtins.list[CheckpointInfo]":
         """Every checkpoint of the series with its state, oldest first."""
+        remote = remote_client.connect_session(spark or self._spark)
+        if remote is not None:
+            return [CheckpointInfo(**item) for item in remote_checkpoints.ls(remote, self.name)]
         _, service = self._service(spark)
         store = service.require_store()
         store.refresh(self.name)
@@ -267,6 +284,9 @@ class CheckpointSeries:
         """Discards every completed checkpoint of the series, repeatably on the cleanup pool
         (for merged ones: every physical file no other checkpoint needs); returns their ids.
         Saves still running are left to finish."""
+        remote = remote_client.connect_session(spark or self._spark)
+        if remote is not None:
+            return remote_checkpoints.drop(remote, self.name)
         _, service = self._service(spark)
         store = service.require_store()
         store.refresh(self.name)

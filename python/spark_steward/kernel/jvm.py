@@ -284,6 +284,17 @@ def to_dataframe(handle: Any, spark: "SparkSession") -> "DataFrame":
     return classic_dataframe_class()(handle, spark)
 
 
+def session_over(handle: Any, sc: "SparkContext") -> "SparkSession":
+    """A classic pyspark SparkSession over the JVM session ``handle`` (a Connect session's, for
+    the thin client's commands). The process's own session is made first when there is none,
+    so this one never becomes the JVM's default or active session."""
+    from pyspark.sql import SparkSession
+
+    if SparkSession._instantiatedSession is None:  # type: ignore[attr-defined]
+        SparkSession(sc)  # wraps the driver's default session
+    return SparkSession(sc, jsparkSession=handle)
+
+
 def rdd_handle(rdd: "RDD[Any]") -> Any:
     """The JavaRDD of ``rdd``."""
     return rdd._jrdd

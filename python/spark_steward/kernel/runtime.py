@@ -24,7 +24,7 @@ from spark_steward.config import (ENABLED, EVENTS_BATCH_SIZE, EVENTS_BUFFER_CAPA
                                   SHIM_JAR, STORAGE_DIR, StewardConf)
 from spark_steward.errors import (ConfigError, DisabledForSession, NotAttached, SetupError,
                                   StorageError)
-from spark_steward.kernel import bootstrap, compat, patches, session
+from spark_steward.kernel import bootstrap, compat, patches, remote_server, session
 from spark_steward.kernel.dispatch import EventDispatcher
 from spark_steward.kernel.executor import ExecutorContext
 from spark_steward.kernel.executor_package import ExecutorPackageWatch
@@ -64,6 +64,10 @@ class RuntimeService:
     #: ``start``: where a capability's Spark hooks (which use the service) get installed,
     #: without the service importing them.
     driver_hooks: ClassVar[tuple[str, ...]] = ()
+    #: The thin client's commands the capability answers on a Connect server: op name to
+    #: ``module:function``, called with the service and a
+    #: :class:`~spark_steward.kernel.remote_server.RemoteCall` (see that module).
+    remote_ops: ClassVar[Mapping[str, str]] = {}
 
     def start(self, runtime: "DriverRuntime") -> None:
         """Called once at attach, with events not yet flowing."""
@@ -167,6 +171,8 @@ class DriverRuntime:
         self.services: list[RuntimeService] = build_services()
         #: The Connect sessions of this application (a Connect server's), as owner scopes.
         self.sessions = SessionScopes(lambda: self.services)
+        #: Answers the thin client's commands on a Connect server (None elsewhere).
+        self._commands: remote_server.CommandHandler | None = None
         self.dispatcher.subscribe(self.sessions.on_event, "connect-sessions")
         self.bridge: EventBridgeHandle = self.jvm.event_bridge(
             None if self.jvm.shim_on_classpath() else str(jar_path(conf.get(SHIM_JAR))),
@@ -242,6 +248,10 @@ class DriverRuntime:
         # every task's worker unpickles it as it starts).
         self.context_broadcast = self.sc.broadcast(self.context.to_broadcast())
         self.pump.start()
+        try:
+            self._commands = remote_server.register(self)
+        except Exception:  # the thin client is refused; the runtime works on
+            log.exception("spark-steward cannot answer its Connect commands on this server")
         log.info("spark-steward %s attached to %s (storage %s%s)", self.steward_version,
                  self.app_id, self.storage.url,
                  f"; runtime pid {os.getpid()} beside the driver" if self.hosted else "")
@@ -262,6 +272,11 @@ class DriverRuntime:
             if self._stopped:
                 return
             self._stopped = True
+        if self._commands is not None:
+            try:
+                remote_server.unregister(self)
+            except Exception:
+                log.debug("the Connect command handler could not be dropped", exc_info=True)
         self.pump.close(STOP_TIMEOUT)
         for service in reversed(self.services):
             self._stop_service(service)

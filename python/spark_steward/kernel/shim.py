@@ -47,3 +47,15 @@ def jar_path(override: str = "") -> Path:
         except shim_build.ShimBuildError as exc:
             raise SetupError(str(exc)) from None
     return built
+
+
+def jar_has_class(jar: Path, name: str) -> bool:
+    """Whether ``jar`` holds class ``name`` (dotted): the Connect extension is compiled only
+    against Spark lines with Connect (shim_build.has_connect)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            return name.replace(".", "/") + ".class" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False

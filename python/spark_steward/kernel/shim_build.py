@@ -30,6 +30,7 @@ JAVA_RELEASE = "8"
 # obsolete (a warning only).
 JAVAC_LINT = "-Xlint:all,-path,-serial,-classfile,-options"
 _NEEDED_JARS = ("spark-core_*.jar", "scala-library-*.jar")
+CONNECT_JAR = "spark-connect_*.jar"
 
 
 class ShimBuildError(RuntimeError):
@@ -88,10 +89,30 @@ def stubs_dir(src_dir: Path) -> Path:
     return src_dir.parent.parent / "stubs" / "java"
 
 
+def connect_dir(src_dir: Path) -> Path:
+    """The Spark Connect server extension (``jvm-shim/src/connect/java``): compiled into the jar
+    only against a Spark line whose jars include Connect's (4.0 on), see :func:`has_connect`."""
+    return src_dir.parent.parent / "connect" / "java"
+
+
+def has_connect(jars_dir: Path) -> bool:
+    """Whether ``jars_dir`` holds Spark Connect's server jar (pyspark 4's wheel does)."""
+    return bool(glob.glob(str(jars_dir / CONNECT_JAR)))
+
+
+def sources(src_dir: Path, jars_dir: Path) -> list[str]:
+    """The Java files to compile against ``jars_dir``: the shim, plus its Connect extension
+    where that line has Connect."""
+    found = sorted(str(p) for p in src_dir.rglob("*.java"))
+    if has_connect(jars_dir):
+        found += sorted(str(p) for p in connect_dir(src_dir).rglob("*.java"))
+    return found
+
+
 def source_digest(src_dir: Path) -> str:
     """A SHA-256 of the shim's Java sources, naming a build of them."""
     digest = hashlib.sha256()
-    for base in (src_dir, stubs_dir(src_dir)):
+    for base in (src_dir, stubs_dir(src_dir), connect_dir(src_dir)):
         for path in sorted(base.rglob("*.java")):
             digest.update(path.relative_to(base).as_posix().encode())
             digest.update(path.read_bytes())
@@ -111,10 +132,10 @@ def _compile_stubs(src_dir: Path, classpath: str, javac: str, out: str) -> None:
 
 def compile_shim(src_dir: Path, out_jar: Path, jars_dir: Path | None = None) -> Path:
     """Compiles every ``*.java`` under ``src_dir`` into ``out_jar`` (written atomically)."""
-    sources = sorted(str(p) for p in src_dir.rglob("*.java"))
-    if not sources:
-        raise ShimBuildError(f"no Java sources under {src_dir}")
     jars_dir = jars_dir or find_spark_jars()
+    files = sources(src_dir, jars_dir)
+    if not files:
+        raise ShimBuildError(f"no Java sources under {src_dir}")
     classpath = os.pathsep.join(sorted(glob.glob(str(jars_dir / "*.jar"))))
     javac = _tool("javac")
     out_jar.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +144,7 @@ def compile_shim(src_dir: Path, out_jar: Path, jars_dir: Path | None = None) -> 
         _compile_stubs(src_dir, classpath, javac, stubs)
         result = subprocess.run(
             [javac, "--release", JAVA_RELEASE, JAVAC_LINT, "-Werror", "-encoding", "UTF-8",
-             "-cp", os.pathsep.join([stubs, classpath]), "-d", classes, *sources],
+             "-cp", os.pathsep.join([stubs, classpath]), "-d", classes, *files],
             capture_output=True, text=True)
         if result.returncode != 0:
             raise ShimBuildError(

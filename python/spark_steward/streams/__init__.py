@@ -54,9 +54,21 @@ def _store() -> "tuple[StreamStore, DriverRuntime]":
     return store, runtime
 
 
+def _remote() -> Any:
+    """The active Spark Connect session (the thin client's calls), None in a classic driver."""
+    from spark_steward.kernel.remote_client import connect_session
+
+    return connect_session(None)
+
+
 def ls(*, files: bool = False) -> list[StreamStatus]:
     """Every recorded location with its state (running, stopped, abandoned, dropping); with
     ``files`` also its files, bytes and pending deletes (one listing of each location)."""
+    remote = _remote()
+    if remote is not None:
+        from spark_steward.streams import remote as remote_streams
+
+        return remote_streams.ls(remote, files)
     store, runtime = _store()
     return store.statuses(this_app=runtime.app_id, survey=files)
 
@@ -67,6 +79,11 @@ def drop(name_or_location: str) -> DropResult:
     may be active anywhere or it was active within ``spark.steward.streams.drop-grace``. The drop
     is recorded before anything is deleted; a failure leaves it recorded and the next attach or
     ``spark-steward gc`` finishes it."""
+    remote = _remote()
+    if remote is not None:
+        from spark_steward.streams import remote as remote_streams
+
+        return remote_streams.drop(remote, name_or_location)
     store, runtime = _store()
     return store.drop(name_or_location, this_app=runtime.app_id)
 
@@ -75,5 +92,10 @@ def unpack(name_or_location: str) -> UnpackResult:
     """Writes every packed file of a stopped query's location back as a plain file and removes
     its packs: the layout Spark reads without spark-steward. Refused
     (:class:`~spark_steward.errors.StreamActive`) while a run of the query may be active."""
+    remote = _remote()
+    if remote is not None:
+        from spark_steward.streams import remote as remote_streams
+
+        return remote_streams.unpack(remote, name_or_location)
     store, runtime = _store()
     return store.unpack(name_or_location, this_app=runtime.app_id)

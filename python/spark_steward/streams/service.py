@@ -66,6 +66,9 @@ def describe_key(key: Key) -> str:
 
 class StreamService(RuntimeService):
     name: ClassVar[str] = "streams"
+    remote_ops: ClassVar[Mapping[str, str]] = {
+        op: f"spark_steward.streams.commands:serve_{op.split('.')[1]}"
+        for op in ("streams.ls", "streams.drop", "streams.unpack")}
     rank: ClassVar[int] = 50
 
     def __init__(self) -> None:

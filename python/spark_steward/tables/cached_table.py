@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from spark_steward.tables.errors import CacheError
-from spark_steward.kernel import jvm
+from spark_steward.errors import StewardError
+from spark_steward.kernel import jvm, remote_client
 from spark_steward.kernel.compat import classic_dataframe_base
 from spark_steward.kernel.runtime import current_runtime, runtime_for
+from spark_steward.tables import remote as remote_tables
 from spark_steward.tables.service import TableService
 
 if TYPE_CHECKING:
@@ -80,11 +82,7 @@ def cache(df: "AnyDataFrame", *, shared: bool = False) -> "AnyDataFrame":
     if isinstance(df, CachedTable):
         return df
     if not jvm.is_classic(df):
-        import pyspark
-
-        from spark_steward.kernel.session import connect_refusal
-
-        raise CacheError(f"spark_steward.cache: {connect_refusal(str(pyspark.__version__))}")
+        return remote_tables.cache(_connect_session(df), df, shared=bool(shared))
     if df.isStreaming:
         return df
     runtime = runtime_for(df.sparkSession)
@@ -93,10 +91,26 @@ def cache(df: "AnyDataFrame", *, shared: bool = False) -> "AnyDataFrame":
     return CachedTable(marker, df.sparkSession, service, record)
 
 
+def _connect_session(df: Any) -> Any:
+    """The Connect session of a DataFrame that is not classic; CacheError with the one-line
+    refusal where the thin client cannot serve it."""
+    try:
+        remote = remote_client.connect_session(df)
+    except StewardError as exc:
+        raise CacheError(f"spark_steward.cache: {exc}") from None
+    if remote is None:
+        raise CacheError(f"spark_steward.cache: {type(df).__name__} is not a DataFrame of a "
+                         "SparkSession")
+    return remote
+
+
 def close(spark: "SparkSession | None" = None) -> int:
     """Releases every table cached in ``spark`` (the active session if None) physically."""
     from pyspark.sql import SparkSession
 
+    remote = remote_client.connect_session(spark)
+    if remote is not None:
+        return remote_tables.close(remote)
     session = spark or SparkSession.getActiveSession()
     if session is None:
         raise CacheError("no active SparkSession to close the cached tables of")

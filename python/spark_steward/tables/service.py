@@ -73,6 +73,14 @@ class CatalogRecord:
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
+@dataclass
+class RemoteTables:
+    """The tables one Connect session cached through the thin client."""
+
+    session_uuid: str
+    tables: dict[str, Any] = field(default_factory=dict)
+
+
 class _Resolver:
     """The callback the shim's rule calls (a Python ``java.util.function.Function``)."""
 
@@ -93,6 +101,9 @@ class TableService(RuntimeService):
     name: ClassVar[str] = "tables"
     rank: ClassVar[int] = 40
     driver_hooks: ClassVar[tuple[str, ...]] = ("spark_steward.tables.hooks:install",)
+    remote_ops: ClassVar[Mapping[str, str]] = {
+        op: f"spark_steward.tables.commands:serve_{op.split('.')[1]}"
+        for op in ("tables.cache", "tables.invalidate", "tables.state", "tables.close")}
 
     def __init__(self) -> None:
         self.store: TableStore | None = None
@@ -105,6 +116,9 @@ class TableService(RuntimeService):
         #: before, ``misses`` materialized (or adopted) them first, ``fallbacks`` computed the
         #: original plan instead.
         self.reads: Counter[str] = Counter()
+        #: Tables cached by Connect sessions (the thin client), held here for the client until
+        #: it invalidates them, closes its tables or its session ends.
+        self._remote: dict[str, RemoteTables] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -220,16 +234,58 @@ class TableService(RuntimeService):
         if entry is not None:
             self._release_entry(entry, "invalidated", wait=INVALIDATE_WAIT)
 
-    def close_session(self, session_uuid: str) -> int:
+    def close_session(self, session_uuid: str, *, wait: float = INVALIDATE_WAIT) -> int:
         """Releases every table cached in one SparkSession; queries on them afterwards compute
         their original plans. Returns how many were released."""
         with self._lock:
             records = [r for r in self._records.values() if r.session_uuid == session_uuid]
             for record in records:
                 del self._records[record.table_id]
+            for remote in self._remote.values():
+                if remote.session_uuid == session_uuid:
+                    remote.tables.clear()
         for record in records:
-            self._release(record, "its session was closed", wait=INVALIDATE_WAIT)
+            self._release(record, "its session was closed", wait=wait)
         return len(records)
+
+    # -- Connect sessions (the thin client) ----------------------------------------------------
+
+    def hold_remote(self, session_id: str, table: Any) -> None:
+        """Keeps ``table`` (a CachedTable made for Connect session ``session_id``) for it."""
+        with self._lock:
+            remote = self._remote.get(session_id)
+            if remote is None:
+                remote = self._remote[session_id] = RemoteTables(table._steward_record.session_uuid)
+            remote.tables[table.table_id] = table
+
+    def remote_table(self, session_id: str, table_id: str) -> Any:
+        """The CachedTable ``table_id`` of Connect session ``session_id``: another session's
+        tables are not found (CacheError)."""
+        with self._lock:
+            remote = self._remote.get(session_id)
+            table = None if remote is None else remote.tables.get(table_id)
+        if table is None:
+            raise CacheError(f"no cached table {table_id!r} in this Spark Connect session (it "
+                             "was closed, or another session cached it)")
+        return table
+
+    def session_closed(self, session_id: str) -> None:
+        """A Connect session ended: its tables are released with the retried cleanup."""
+        with self._lock:
+            remote = self._remote.pop(session_id, None)
+        if remote is not None:
+            count = self.close_session(remote.session_uuid, wait=0.0)
+            if count:
+                log.info("spark-steward released %d cached table(s) of Connect session %s",
+                         count, session_id)
+
+    def session_owns(self, session_id: str) -> Mapping[str, tuple[int, int]]:
+        with self._lock:
+            remote = self._remote.get(session_id)
+            tables = [] if remote is None else list(remote.tables.values())
+        manifests = [m for m in (t._steward_record.manifest for t in tables) if m is not None]
+        files = [f for m in manifests for f in m.files]
+        return {"cached tables": (len(files), sum(f.size for f in files))} if tables else {}
 
     def _release(self, record: CatalogRecord, reason: str, wait: float = 0.0) -> None:
         with record.lock:

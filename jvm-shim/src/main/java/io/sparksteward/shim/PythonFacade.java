@@ -8,6 +8,7 @@ import io.sparksteward.shim.checkpoint.CheckpointCleanWatch;
 import io.sparksteward.shim.checkpoint.CheckpointData;
 import io.sparksteward.shim.checkpoint.SegmentCodec;
 import io.sparksteward.shim.checkpoint.SegmentFiles;
+import io.sparksteward.shim.kernel.ConnectCommands;
 import io.sparksteward.shim.kernel.EventBridge;
 import io.sparksteward.shim.kernel.RuntimeHost;
 import io.sparksteward.shim.kernel.StewardMetrics;
@@ -76,6 +77,18 @@ public final class PythonFacade {
   /** For the runtime the plugin hosts: its SparkContext once built, null after the timeout. */
   public static SparkContext hostedContext(long timeoutMillis) throws InterruptedException {
     return RuntimeHost.awaitContext(timeoutMillis);
+  }
+
+  // -- Spark Connect commands (ConnectCommands) -------------------------------------------------
+
+  /** Makes {@code handler} the answer to spark-steward's Connect commands on this server. */
+  public static void setConnectCommands(ConnectCommands handler) {
+    ConnectCommands.Registry.set(handler);
+  }
+
+  /** Drops the handler: Connect commands are refused until a runtime registers again. */
+  public static void clearConnectCommands() {
+    ConnectCommands.Registry.clear();
   }
 
   // -- metrics (StewardMetrics) -------------------------------------------------------------------
