@@ -20,6 +20,7 @@ from typing import Iterator
 import pytest
 
 from spark_steward.applications import ApplicationRegistry
+from spark_steward.kernel.remote_wire import Payload, encode
 from spark_steward.lifecycle.liveness import Liveness
 from spark_steward.storage import Storage
 from tests.connect.harness import (ConnectServer, alive, checkpoint_folders, server_flags,
@@ -58,23 +59,20 @@ def test_runtime_runs_beside_the_server_and_names_its_jvm(served) -> None:
     record = registry(storage).read(app)
     assert record.pid == server.pid and record.finished_at is None
     assert registry(storage).liveness(record) is Liveness.LIVE
-    # A client in another process: its job's result is plain Spark's.
+    # A client in another process: its job's result is plain Spark's; blobs are refused with
+    # one line naming what works instead.
     got = server.client(
         "from pyspark.sql import functions as F\n"
         "import spark_steward\n"
         "df = spark.range(1000).withColumn('sq', F.col('id') * F.col('id'))\n"
-        "refused = []\n"
-        "for call in (lambda: spark_steward.checkpoints('s', spark=spark),\n"
-        "             lambda: spark_steward.cache(df)):\n"
-        "    try:\n"
-        "        call()\n"
-        "    except spark_steward.errors.StewardError as exc:\n"
-        "        refused.append(str(exc))\n"
+        "try:\n"
+        "    spark_steward.blobs.put(b'x')\n"
+        "    refused = None\n"
+        "except spark_steward.errors.StewardError as exc:\n"
+        "    refused = str(exc)\n"
         "result = [df.count(), df.agg(F.sum('sq')).collect()[0][0], refused]")
     assert got[:2] == [1000, sum(i * i for i in range(1000))]
-    # The client-side API is refused with one line saying what works instead.
-    assert len(got[2]) == 2 and all("spark-steward conf --server" in line and "\n" not in line
-                                    for line in got[2]), got[2]
+    assert "spark.addArtifacts" in got[2] and "\n" not in got[2], got[2]
 
 
 def test_the_runtime_s_gateway_refuses_a_neighbour_without_its_secret(served) -> None:
@@ -180,6 +178,127 @@ def test_each_connect_session_owns_its_checkpoints_until_it_closes(served) -> No
     wait_until(lambda: not checkpoint_folders(storage, app), 60, "the expired session's folder")
     wait_until(lambda: held_session not in [s["session_id"] for s in sessions_of(storage)["open"]],
                10, "the expired session gone from the record")
+
+
+#: A client with nothing to start a JVM with: the thin client must not need one.
+NO_JVM = {"PATH": "/nonexistent", "JAVA_HOME": "/nonexistent", "SPARK_HOME": "/nonexistent"}
+
+#: Commands a hostile or broken client sends straight at the extension: each name, the bytes
+#: of the Any's value, and what the refusal says.
+def _frame(text: str, extra: bytes | None = None) -> bytes:
+    return encode(Payload(text, extra))
+
+
+HOSTILE = [
+    ("truncated varint", b"\x0a\xff", "truncated varint"),
+    ("long varint", b"\x0a" + b"\xff" * 6 + b"\x01", "longer than 5 bytes"),
+    ("length past the end", b"\x0a\x7fabc", "remain"),
+    ("unknown field", b"\x1a\x01x", "unexpected field 3"),
+    ("no request text", b"", "no request text"),
+    ("not JSON", _frame("{{{"), "not JSON"),
+    ("unknown op", _frame('{"op":"x.y","args":{}}'), "no command 'x.y'"),
+    ("an id that is no int", _frame(json.dumps(
+        {"op": "checkpoints.restore", "args": {"series": "t", "id": True}})), "expected int"),
+    ("a relation of garbage", _frame(json.dumps(
+        {"op": "checkpoints.save", "args": {"series": "t"}}), b"\xff\xff\xff"),
+     "not a valid relation"),
+]
+
+
+def _table_files(storage: Path, key: str) -> list[Path]:
+    """Ground truth: a cached table's data files in the storage dir."""
+    return [p for p in (storage / "tables" / "data" / key).rglob("*") if p.is_file()]
+
+
+def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> None:
+    server, storage, local = served
+    app = server.app_id()
+    # Checkpoints and a cached table from a client process that has no JVM to start.
+    got = server.client(
+        "import spark_steward\n"
+        "from spark_steward.errors import StewardError\n"
+        "df = spark.range(5000).selectExpr('id', 'id % 7 AS k', 'id * 3 AS x')\n"
+        "cp = spark_steward.checkpoints('thin', retained=2)\n"
+        "first = cp.save(df)\n"
+        "second = cp.save(df.where('k = 1'))\n"
+        "ids = [i.id for i in cp.ls() if i.state == 'completed']\n"
+        "restored = cp.restore(first).selectExpr('sum(x)', 'count(*)').collect()[0]\n"
+        "latest = cp.latest().selectExpr('sum(x)', 'count(*)').collect()[0]\n"
+        "t = spark_steward.cache(df.where('k < 3'))\n"
+        "before = t.is_materialized\n"
+        "agg = sorted(tuple(r) for r in t.groupBy('k').count().collect())\n"
+        "again = t.selectExpr('sum(x)').collect()[0][0]\n"
+        "key = t.storage_key\n"
+        "result = dict(first=first, second=second, ids=ids, restored=list(restored),\n"
+        "              latest=list(latest), before=before, agg=agg, again=again, key=key,\n"
+        "              materialized=t.is_materialized, table=t.table_id,\n"
+        "              session=spark.client._session_id)", env=NO_JVM)
+    rows = range(5000)
+    assert got["ids"] == [got["first"], got["second"]]
+    assert got["restored"] == [3 * sum(rows), 5000]
+    ones = [i for i in rows if i % 7 == 1]
+    assert got["latest"] == [3 * sum(ones), len(ones)]
+    assert not got["before"] and got["materialized"]
+    assert got["agg"] == [[k, sum(1 for i in rows if i % 7 == k)] for k in range(3)]
+    assert got["again"] == 3 * sum(i for i in rows if i % 7 < 3)
+    # The client's session ended with the process: its table's files go with it.
+    wait_until(lambda: not _table_files(storage, got["key"]), 60,
+               "the ended session's cached table released")
+
+    # One client holds a table; another session cannot reach it; hostile commands are refused
+    # with one line each while the good client is served.
+    held, mine = server.held_client(
+        "import spark_steward\n"
+        "t = spark_steward.cache(spark.range(300).selectExpr('id * 2 AS y'))\n"
+        "result = [t.selectExpr('sum(y)').collect()[0][0], t.table_id, t.storage_key,\n"
+        "          spark.client._session_id]", env=NO_JVM)
+    total, table_id, key, held_session = mine
+    assert total == 2 * sum(range(300)) and _table_files(storage, key)
+    hostile = server.client(
+        "import spark_steward\n"
+        "from pyspark.sql.connect import proto\n"
+        "from spark_steward.kernel import remote_client\n"
+        "from spark_steward.tables import remote\n"
+        f"cases = {[(name, value) for name, value, _ in HOSTILE]!r}\n"
+        "said = {}\n"
+        "for name, value in cases:\n"
+        "    command = proto.Command()\n"
+        "    command.extension.type_url = 'type.googleapis.com/spark_steward.Command'\n"
+        "    command.extension.value = value\n"
+        "    try:\n"
+        "        _, props, _ = spark.client.execute_command(command)\n"
+        "        from spark_steward.kernel.remote_wire import decode\n"
+        "        said[name] = decode(props['sql_command_result'].extension.value).text\n"
+        "    except Exception as exc:\n"
+        "        said[name] = str(exc)\n"
+        f"other = remote._table(spark.range(1), {table_id!r})\n"
+        "try:\n"
+        "    other.invalidate()\n"
+        "    said['other'] = 'invalidated'\n"
+        "except spark_steward.errors.StewardError as exc:\n"
+        "    said['other'] = type(exc).__name__ + ': ' + str(exc)\n"
+        "said['good'] = spark_steward.checkpoints('thin').latest().count()\n"
+        "result = said", env=NO_JVM)
+    for name, _, fragment in HOSTILE:
+        assert fragment in hostile[name], (name, hostile[name])
+    assert hostile["other"].startswith("CacheError: no cached table"), hostile["other"]
+    assert hostile["good"] == len(ones)
+    assert _table_files(storage, key), "another session's table was touched"
+    # While it is open, status lists the held session with its cached table.
+    def listed() -> dict[str, object] | None:
+        found = [s for s in sessions_of(storage)["open"] if s["session_id"] == held_session]
+        return found[0] if found and "cached tables" in found[0]["owns"] else None
+
+    entry = wait_until(listed, 15, "the held session's table in the record")
+    files = _table_files(storage, key)
+    assert entry["owns"]["cached tables"] == [len([p for p in files if p.suffix == ".parquet"]),
+                                              sum(p.stat().st_size for p in files
+                                                  if p.suffix == ".parquet")]
+    # SIGKILLed: its session expires and the table goes with it.
+    held.kill()
+    held.wait(10)
+    wait_until(lambda: not _table_files(storage, key), 60, "the killed client's table released")
+    assert f"attached to {app}" in server.log()
 
 
 def test_the_application_end_stops_the_runtime_and_finishes_its_record(served) -> None:

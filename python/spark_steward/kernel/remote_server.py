@@ -79,7 +79,7 @@ class RemoteCall:
         if value is default:
             return value
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise WireError(f"{self.op}: the argument {name!r} is {value!r}, not a "
+            raise WireError(f"{self.op}: the argument {name!r} is {value!r}, expected "
                             f"{kind.__name__}")
         return value
 
