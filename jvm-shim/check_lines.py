@@ -216,14 +216,21 @@ LINE_SPECIFIC = {
         (("io/sparksteward/shim/streams/StreamCheckpointFilesV40",
           "io/sparksteward/shim/StreamCheckpointFilesV40"),
          "org/apache/spark/sql/execution/streaming/CheckpointFileManager"),
-        # The Connect command extension: Spark loads it by name from the server's conf, which
-        # only a line with Connect's server has.
-        (("io/sparksteward/shim/connect/StewardCommands",
-          "io/sparksteward/shim/connect/Payload"),
-         "org/apache/spark/sql/connect/plugin/CommandPlugin"),
     )
     for name in names
 }
+#: The Connect server extensions (jvm-shim/src/connect): Spark loads them by name from a
+#: Connect server's conf, which only a line with Connect's server has; every class of the
+#: package, nested ones included, is checked where that line has Connect.
+CONNECT_PACKAGE = "io/sparksteward/shim/connect/"
+CONNECT_TRAIT = "org/apache/spark/sql/connect/plugin/CommandPlugin"
+
+
+def line_trait(own: str) -> str | None:
+    """The Spark class whose presence selects shim class ``own``, None for every line's."""
+    if own.startswith(CONNECT_PACKAGE):
+        return CONNECT_TRAIT
+    return LINE_SPECIFIC.get(own)
 
 
 def _external(name: str) -> bool:
@@ -239,7 +246,8 @@ def link_problems(shim_jar: Path, jars_dir: Path) -> tuple[list[str], int]:
     for own in path.names(OWN_PACKAGE):
         info = path.get(own)
         assert info is not None
-        if own in LINE_SPECIFIC and path.get(LINE_SPECIFIC[own]) is None:
+        trait = line_trait(own)
+        if trait is not None and path.get(trait) is None:
             continue  # never loaded on this line
         for cls in info.classes:
             cls = cls.lstrip("[")

@@ -83,14 +83,14 @@ def cmd_conf(args: argparse.Namespace) -> int:
     pairs = conf_pairs(args.storage, args.local_dir)
     if args.server:
         # No Python of ours adds these where no PySpark builds the context (kernel/autoload).
-        from spark_steward.kernel.jvm import PLUGIN_CLASS
-        from spark_steward.kernel.remote_server import COMMAND_CLASS, COMMAND_CLASSES_KEY
+        from spark_steward.kernel.jvm import CONNECT_EXTENSIONS, PLUGIN_CLASS
         from spark_steward.kernel.shim import jar_has_class, jar_path
 
         jar = jar_path("")
-        pairs = [("spark.jars", str(jar)), ("spark.plugins", PLUGIN_CLASS), *pairs]
-        if jar_has_class(jar, COMMAND_CLASS):  # built against a Spark line with Connect
-            pairs.insert(2, (COMMAND_CLASSES_KEY, COMMAND_CLASS))
+        # The Connect extensions where the jar was built against a Spark line with Connect.
+        extensions = [(k, c) for k, c in CONNECT_EXTENSIONS if jar_has_class(jar, c)]
+        pairs = [("spark.jars", str(jar)), ("spark.plugins", PLUGIN_CLASS), *extensions,
+                 *pairs]
     if args.format == "properties":
         width = max(len(k) for k, _ in pairs)
         for key, value in pairs:

@@ -28,6 +28,8 @@ pytestmark = pytest.mark.spark
 CONNECT_LINES = [line for line in requested_lines() if line in LINES and line >= "4.0"] or [
     pytest.param(None, marks=pytest.mark.skip(reason="no 4.x line asked for "
                                                      "(python -m tests.compat.run --lines 4.0)"))]
+#: A plan cached with Spark's own df.cache() (the same text in every client).
+CACHED = "spark.range(6).selectExpr('id + 100 AS c')"
 OLD_LINES = [line for line in requested_lines() if line in LINES and line < "4.0"] or [
     pytest.param(None, marks=pytest.mark.skip(reason="no 3.x line asked for"))]
 
@@ -65,17 +67,30 @@ def test_the_line_s_connect_server_hosts_the_runtime_and_sessions_own_checkpoint
         wait_until(lambda: f"attached to {app}" in server.log(), 120, "the runtime's attach")
         assert len(server.runtime_pids()) == 1
         # One session keeps its checkpoint until its client is killed and it expires.
-        held, (count, version, session) = server.held_client(
+        # It also uses the thin client (a checkpoint series, a cached table) and Spark's own
+        # df.cache(), which go with the session too.
+        held, (count, version, session, saved, table_sum, cached) = server.held_client(
             "import pyspark\n"
+            "import spark_steward\n"
             "df = spark.range(40).checkpoint()\n"
-            "result = [df.count(), pyspark.__version__, spark.client._session_id]\n",
+            "cp = spark_steward.checkpoints('line')\n"
+            "saved = cp.save(spark.range(30)) and cp.latest().count()\n"
+            "t = spark_steward.cache(spark.range(20).selectExpr('id * 2 AS y'))\n"
+            f"c = {CACHED}\n"
+            "c.cache()\n"
+            "result = [df.count(), pyspark.__version__, spark.client._session_id, saved,\n"
+            "          t.selectExpr('sum(y)').collect()[0][0], c.count()]\n",
             env=env)
-        assert (count, version) == (40, line.version)
+        assert (count, version, saved, table_sum, cached) == (40, line.version, 30, 380, 6)
+        assert list((storage / "tables" / "data").glob("*/*/*.parquet"))
         wait_until(lambda: session in [s["session_id"] for s in sessions_of(storage)["open"]],
                    20, "the session in the record")
         assert checkpoint_folders(storage, app)
         held.kill()
         wait_until(lambda: not checkpoint_folders(storage, app), 60, "the expired session's folder")
+        wait_until(lambda: not list((storage / "tables" / "data").glob("*/*/*.parquet")), 30,
+                   "the expired session's cached table")
+        assert server.client(f"result = {CACHED}.storageLevel.useMemory", env=env) is False
         # Another session's checkpoint is the application's to release at its end.
         assert server.client("result = spark.range(9).checkpoint().count()", env=env) == 9
         server.stop()

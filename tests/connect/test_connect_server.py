@@ -194,7 +194,8 @@ HOSTILE = [
     ("long varint", b"\x0a" + b"\xff" * 6 + b"\x01", "longer than 5 bytes"),
     ("length past the end", b"\x0a\x7fabc", "remain"),
     ("unknown field", b"\x1a\x01x", "unexpected field 3"),
-    ("no request text", b"", "no request text"),
+    ("no request text", b"", "no text field"),
+    ("text not UTF-8", b"\x0a\x01\xff", "not UTF-8"),
     ("not JSON", _frame("{{{"), "not JSON"),
     ("unknown op", _frame('{"op":"x.y","args":{}}'), "no command 'x.y'"),
     ("an id that is no int", _frame(json.dumps(
@@ -203,6 +204,11 @@ HOSTILE = [
         {"op": "checkpoints.save", "args": {"series": "t"}}), b"\xff\xff\xff"),
      "not a valid relation"),
 ]
+
+
+#: Plans cached through Spark's own df.cache() by two sessions (the same text in every client).
+MINE = "spark.range(777).selectExpr('id * 5 AS z')"
+THEIRS = "spark.range(888).selectExpr('id AS w')"
 
 
 def _table_files(storage: Path, key: str) -> list[Path]:
@@ -247,13 +253,22 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
 
     # One client holds a table; another session cannot reach it; hostile commands are refused
     # with one line each while the good client is served.
+    # The held client also caches and locally checkpoints through Spark's own API; a second
+    # held session caches a plan of its own.
     held, mine = server.held_client(
         "import spark_steward\n"
         "t = spark_steward.cache(spark.range(300).selectExpr('id * 2 AS y'))\n"
+        f"c = {MINE}\n"
+        "c.cache()\n"
+        "lc = spark.range(555).selectExpr('id + 1 AS v').localCheckpoint()\n"
         "result = [t.selectExpr('sum(y)').collect()[0][0], t.table_id, t.storage_key,\n"
-        "          spark.client._session_id]", env=NO_JVM)
-    total, table_id, key, held_session = mine
+        "          spark.client._session_id, c.count(), lc.count()]", env=NO_JVM)
+    total, table_id, key, held_session, cached_rows, local_rows = mine
     assert total == 2 * sum(range(300)) and _table_files(storage, key)
+    assert (cached_rows, local_rows) == (777, 555)
+    neighbour, theirs = server.held_client(f"t = {THEIRS}\nt.cache()\nresult = t.count()")
+    assert theirs == 888
+    removed_before = server.log().count("from persistence list")
     hostile = server.client(
         "import spark_steward\n"
         "from pyspark.sql.connect import proto\n"
@@ -278,12 +293,14 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
         "except spark_steward.errors.StewardError as exc:\n"
         "    said['other'] = type(exc).__name__ + ': ' + str(exc)\n"
         "said['good'] = spark_steward.checkpoints('thin').latest().count()\n"
+        f"said['levels'] = [{MINE}.storageLevel.useMemory, {THEIRS}.storageLevel.useMemory]\n"
         "result = said", env=NO_JVM)
     for name, _, fragment in HOSTILE:
         assert fragment in hostile[name], (name, hostile[name])
     assert hostile["other"].startswith("CacheError: no cached table"), hostile["other"]
     assert hostile["good"] == len(ones)
     assert _table_files(storage, key), "another session's table was touched"
+    assert hostile["levels"] == [True, True]  # both plans in Spark's cache manager
     # While it is open, status lists the held session with its cached table.
     def listed() -> dict[str, object] | None:
         found = [s for s in sessions_of(storage)["open"] if s["session_id"] == held_session]
@@ -298,6 +315,17 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
     held.kill()
     held.wait(10)
     wait_until(lambda: not _table_files(storage, key), 60, "the killed client's table released")
+    # What it cached and locally checkpointed through Spark's API goes too (Spark's own
+    # "Removing RDD n from persistence list", once for each); the neighbour's cache stays.
+    wait_until(lambda: server.log().count("from persistence list") >= removed_before + 2, 30,
+               "the killed session's cached and locally checkpointed RDDs unpersisted")
+    assert f"1 cached DataFrame(s) and 1 locally checkpointed RDD(s) of Connect session " \
+        f"{held_session}" in server.log()
+    levels = server.client(f"result = [{MINE}.storageLevel.useMemory, "
+                           f"{THEIRS}.storageLevel.useMemory]")
+    assert levels == [False, True]
+    neighbour.kill()
+    neighbour.wait(10)
     assert f"attached to {app}" in server.log()
 
 

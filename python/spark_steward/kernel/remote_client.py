@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from spark_steward.errors import SetupError, StewardError
 from spark_steward.kernel import session as sessions
-from spark_steward.kernel.remote_wire import (COMMAND_TYPE, REPLY_TYPE, Payload, WireError,
-                                              decode, encode, parse_reply, request_text)
+from spark_steward.kernel.remote_wire import (COMMAND_TYPE, REPLY_MAX_TEXT, REPLY_TYPE, Payload,
+                                              WireError, decode, encode, parse_reply,
+                                              request_text)
 
 if TYPE_CHECKING:
     from pyspark.sql.connect.dataframe import DataFrame
@@ -90,7 +91,7 @@ def call(spark: "ConnectSession", op: str, args: Mapping[str, Any],
                          "spark-steward's reply; is its command extension the one of "
                          "`spark-steward conf --server`?")
     try:
-        reply = decode(relation.extension.value)
+        reply = decode(relation.extension.value, REPLY_MAX_TEXT)
         value, error = parse_reply(reply.text)
     except WireError as exc:
         raise StewardError(f"spark_steward {op}: the server's reply is malformed: {exc}") from None

@@ -29,9 +29,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The command extension Spark loads by name (``spark.connect.extensions.command.classes``).
-COMMAND_CLASS = "io.sparksteward.shim.connect.StewardCommands"
-COMMAND_CLASSES_KEY = "spark.connect.extensions.command.classes"
+#: The command extension Spark loads by name, and the conf key naming it.
+COMMAND_CLASSES_KEY, COMMAND_CLASS = jvm.CONNECT_EXTENSIONS[0]
 
 
 class Answering(Protocol):
@@ -148,9 +147,10 @@ class CommandHandler:
             result = _load(target)(service, call)
             if not isinstance(result, RemoteResult):
                 result = RemoteResult(result)
+            reply = value_reply(result.value)  # before the DataFrame: a failed reply keeps none
             if result.dataframe is not None:
                 out.put("dataframe", jvm.dataframe_handle(result.dataframe))
-            return value_reply(result.value)
+            return reply
         except WireError as exc:
             return error_reply("StewardError", f"spark-steward: a malformed command: {exc}")
         except StewardError as exc:

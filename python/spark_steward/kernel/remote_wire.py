@@ -22,6 +22,8 @@ COMMAND_TYPE = "type.googleapis.com/spark_steward.Command"
 REPLY_TYPE = "type.googleapis.com/spark_steward.Reply"
 #: The largest request text either side reads (``Payload.MAX_TEXT``).
 MAX_TEXT = 1 << 20
+#: The largest reply text the client reads (a long listing; gRPC's own limit is 128 MiB).
+REPLY_MAX_TEXT = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -63,9 +65,9 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
     raise WireError("varint longer than 5 bytes")
 
 
-def decode(data: bytes) -> Payload:
-    """The payload in ``data``; WireError for anything but fields 1 and 2, each once, in
-    bounds."""
+def decode(data: bytes, max_text: int = MAX_TEXT) -> Payload:
+    """The payload in ``data``; WireError for anything but fields 1 (UTF-8, at most
+    ``max_text`` bytes) and 2, each once, in bounds."""
     text: str | None = None
     extra: bytes | None = None
     pos = 0
@@ -81,8 +83,8 @@ def decode(data: bytes) -> Payload:
         if field == 1:
             if text is not None:
                 raise WireError("field 1 twice")
-            if length > MAX_TEXT:
-                raise WireError(f"a text of {length} bytes (at most {MAX_TEXT})")
+            if length > max_text:
+                raise WireError(f"a text of {length} bytes (at most {max_text})")
             try:
                 text = chunk.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -105,8 +107,8 @@ def parse_request(text: str) -> tuple[str, dict[str, Any]]:
     """``(op, args)`` of a request; WireError for anything else."""
     try:
         body = json.loads(text)
-    except ValueError as exc:
-        raise WireError(f"the request is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting past the stack
+        raise WireError(f"the request is not JSON: {type(exc).__name__}") from None
     if not isinstance(body, dict) or not isinstance(body.get("op"), str) \
             or not isinstance(body.get("args", {}), dict):
         raise WireError('the request is not {"op": NAME, "args": {...}}')
@@ -127,8 +129,8 @@ def parse_reply(text: str) -> tuple[Any, tuple[str, str] | None]:
     """``(value, None)`` or ``(None, (error type, message))``; WireError for anything else."""
     try:
         body = json.loads(text)
-    except ValueError as exc:
-        raise WireError(f"the reply is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise WireError(f"the reply is not JSON: {type(exc).__name__}") from None
     if isinstance(body, dict) and "value" in body:
         return body["value"], None
     error = body.get("error") if isinstance(body, dict) else None

@@ -1,6 +1,9 @@
 package io.sparksteward.shim.connect;
 
 import java.io.ByteArrayOutputStream;
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 
 /**
@@ -45,9 +48,9 @@ final class Payload {
           throw bad("field 1 twice");
         }
         if (length > MAX_TEXT) {
-          throw bad("a request text of " + length + " bytes (at most " + MAX_TEXT + ")");
+          throw bad("a text of " + length + " bytes (at most " + MAX_TEXT + ")");
         }
-        text = new String(data, start, (int) length, StandardCharsets.UTF_8);
+        text = utf8(data, start, (int) length);
       } else {
         if (extra != null) {
           throw bad("field 2 twice");
@@ -56,9 +59,21 @@ final class Payload {
       }
     }
     if (text == null) {
-      throw bad("no request text");
+      throw bad("no text field");
     }
     return new Payload(text, extra);
+  }
+
+  /** Strict UTF-8, as protobuf reads a string field and Python's twin decodes. */
+  private static String utf8(byte[] data, int start, int length) {
+    try {
+      return StandardCharsets.UTF_8.newDecoder()
+          .onMalformedInput(CodingErrorAction.REPORT)
+          .onUnmappableCharacter(CodingErrorAction.REPORT)
+          .decode(ByteBuffer.wrap(data, start, length)).toString();
+    } catch (CharacterCodingException e) {
+      throw bad("field 1 is not UTF-8");
+    }
   }
 
   byte[] encode() {

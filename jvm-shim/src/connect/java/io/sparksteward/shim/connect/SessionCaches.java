@@ -1,0 +1,232 @@
+package io.sparksteward.shim.connect;
+
+import java.lang.reflect.Field;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import io.sparksteward.shim.kernel.SparkCompat;
+import org.apache.spark.SparkContext;
+import org.apache.spark.connect.proto.AnalyzePlanRequest;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.scheduler.SparkListener;
+import org.apache.spark.scheduler.SparkListenerEvent;
+import org.apache.spark.scheduler.SparkListenerJobStart;
+import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.connect.service.SparkListenerConnectSessionClosed;
+import org.apache.spark.sql.execution.CacheManager;
+import org.apache.spark.sql.execution.CachedData;
+import org.sparkproject.connect.grpc.ForwardingServerCallListener;
+import org.sparkproject.connect.grpc.Metadata;
+import org.sparkproject.connect.grpc.ServerCall;
+import org.sparkproject.connect.grpc.ServerCallHandler;
+import org.sparkproject.connect.grpc.ServerInterceptor;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * What a Connect session caches in memory goes when the session ends (SPARK-54653: today it
+ * outlives the session that made it, until someone unpersists it or the server stops).
+ *
+ * <p>Spark's CacheManager is shared by every session of a server and records no owner, so the
+ * owner is taken where the cache is made: this gRPC interceptor ({@code
+ * spark.connect.grpc.interceptor.classes}, which {@code spark-steward conf --server} sets) sees
+ * each {@code AnalyzePlan} request with a {@code persist} ({@code df.cache()}, {@code
+ * df.persist()}), and the entries the cache manager gained while Spark served it belong to the
+ * request's session. Persists are served one at a time for that (they only register a plan:
+ * the data is computed by the next job). A plan another session cached first stays that
+ * session's. Data {@code df.localCheckpoint()} kept (persisted RDDs marked for local
+ * checkpointing) belongs to the session whose jobs computed them, known from the jobs' Connect
+ * operation tags.
+ *
+ * <p>When the session closes or expires ({@code SparkListenerConnectSessionClosed}), its
+ * entries still cached are uncached (not blocking, no cascade) and its locally checkpointed
+ * RDDs unpersisted. Results never change: a query over a released plan computes it again.
+ */
+public final class SessionCaches implements ServerInterceptor {
+  private static final Logger LOG = LoggerFactory.getLogger(SessionCaches.class);
+  /** The session id inside a Connect operation tag (kernel/sessions.py has the same grammar). */
+  private static final Pattern SESSION_TAG = Pattern.compile(
+      "SparkConnect_OperationTag_User_.*_Session_([0-9a-fA-F-]{36})_Operation_.*");
+  private static final int MAX_RDDS_PER_JOB = 2048;
+
+  private static final Object PERSISTS = new Object();
+  private static final Map<String, List<CachedData>> CACHED = new ConcurrentHashMap<>();
+  private static final Map<String, Set<Integer>> JOB_RDDS = new ConcurrentHashMap<>();
+  private static final Object INSTALL = new Object();
+  private static SparkContext listening;
+
+  public SessionCaches() {
+    listen();
+  }
+
+  @Override
+  public <Q, R> ServerCall.Listener<Q> interceptCall(ServerCall<Q, R> call, Metadata headers,
+      ServerCallHandler<Q, R> next) {
+    ServerCall.Listener<Q> served = next.startCall(call, headers);
+    if (!call.getMethodDescriptor().getFullMethodName().endsWith("/AnalyzePlan")) {
+      return served;
+    }
+    return new ForwardingServerCallListener.SimpleForwardingServerCallListener<Q>(served) {
+      private String persistingSession;
+
+      @Override
+      public void onMessage(Q message) {
+        if (message instanceof AnalyzePlanRequest && ((AnalyzePlanRequest) message).hasPersist()) {
+          persistingSession = ((AnalyzePlanRequest) message).getSessionId();
+        }
+        super.onMessage(message);
+      }
+
+      @Override
+      public void onHalfClose() {
+        if (persistingSession == null) {
+          super.onHalfClose();
+          return;
+        }
+        // A unary call is served inside onHalfClose: what the cache gained meanwhile is this
+        // session's.
+        synchronized (PERSISTS) {
+          Set<CachedData> before = entries();
+          try {
+            super.onHalfClose();
+          } finally {
+            claim(persistingSession, before);
+          }
+        }
+      }
+    };
+  }
+
+  private static void claim(String sessionId, Set<CachedData> before) {
+    Set<CachedData> after = entries();
+    after.removeAll(before);
+    if (!after.isEmpty()) {
+      CACHED.computeIfAbsent(sessionId, k -> Collections.synchronizedList(new ArrayList<>()))
+          .addAll(after);
+    }
+  }
+
+  /** The number of cache entries session {@code sessionId} owns now (for tests and status). */
+  public static int owned(String sessionId) {
+    List<CachedData> mine = CACHED.get(sessionId);
+    return mine == null ? 0 : mine.size();
+  }
+
+  // -- the session's end ---------------------------------------------------------------------
+
+  private static void listen() {
+    synchronized (INSTALL) {
+      SparkContext sc = SparkContext.getOrCreate();
+      if (listening == sc) {
+        return;
+      }
+      listening = sc;
+      sc.addSparkListener(new SparkListener() {
+        @Override
+        public void onJobStart(SparkListenerJobStart jobStart) {
+          String session = sessionOf(jobStart.properties() == null ? null
+              : jobStart.properties().getProperty("spark.job.tags"));
+          if (session != null) {
+            JOB_RDDS.computeIfAbsent(session, k -> ConcurrentHashMap.newKeySet())
+                .addAll(SparkCompat.rddIds(jobStart, MAX_RDDS_PER_JOB));
+          }
+        }
+
+        @Override
+        public void onOtherEvent(SparkListenerEvent event) {
+          if (event instanceof SparkListenerConnectSessionClosed) {
+            release(((SparkListenerConnectSessionClosed) event).sessionId());
+          }
+        }
+      });
+    }
+  }
+
+  static String sessionOf(String tags) {
+    if (tags == null) {
+      return null;
+    }
+    for (String tag : tags.split(",")) {
+      Matcher m = SESSION_TAG.matcher(tag.trim());
+      if (m.matches()) {
+        return m.group(1);
+      }
+    }
+    return null;
+  }
+
+  private static void release(String sessionId) {
+    List<CachedData> mine = CACHED.remove(sessionId);
+    Set<Integer> rdds = JOB_RDDS.remove(sessionId);
+    int uncached = 0;
+    int unpersisted = 0;
+    try {
+      if (mine != null) {
+        SparkSession session = rootSession();
+        Set<CachedData> present = entries();
+        synchronized (mine) {
+          for (CachedData data : mine) {
+            if (present.contains(data)) {  // not unpersisted meanwhile
+              session.sharedState().cacheManager().uncacheQuery(session, data.plan(), false,
+                  false);
+              uncached++;
+            }
+          }
+        }
+      }
+      if (rdds != null) {
+        scala.collection.Map<Object, RDD<?>> persistent = listening.getPersistentRDDs();
+        for (Integer id : rdds) {
+          scala.Option<RDD<?>> rdd = persistent.get(id);
+          if (rdd.isDefined() && rdd.get().isLocallyCheckpointed()) {
+            rdd.get().unpersist(false);
+            unpersisted++;
+          }
+        }
+      }
+    } catch (RuntimeException e) {
+      LOG.warn("spark-steward: could not release what Connect session {} cached: {}", sessionId,
+          e.toString());
+      return;
+    }
+    if (uncached + unpersisted > 0) {
+      LOG.info("spark-steward: released {} cached DataFrame(s) and {} locally checkpointed "
+          + "RDD(s) of Connect session {}", uncached, unpersisted, sessionId);
+    }
+  }
+
+  // -- Spark's cache manager -----------------------------------------------------------------
+
+  private static SparkSession rootSession() {
+    scala.Option<SparkSession> session = SparkSession.getDefaultSession();
+    if (session.isEmpty()) {
+      throw new IllegalStateException("no default SparkSession on this server");
+    }
+    return session.get();
+  }
+
+  /** The cache manager's entries now, by identity (its list is private: read by reflection). */
+  private static Set<CachedData> entries() {
+    Set<CachedData> found = Collections.newSetFromMap(new IdentityHashMap<>());
+    try {
+      CacheManager manager = rootSession().sharedState().cacheManager();
+      Field field = CacheManager.class.getDeclaredField("cachedData");
+      field.setAccessible(true);
+      scala.collection.Iterator<?> it = ((scala.collection.Iterable<?>) field.get(manager))
+          .iterator();
+      while (it.hasNext()) {
+        found.add((CachedData) it.next());
+      }
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      LOG.debug("spark-steward: the cache manager's entries are not readable", e);
+    }
+    return found;
+  }
+}
