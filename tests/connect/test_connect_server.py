@@ -59,20 +59,20 @@ def test_runtime_runs_beside_the_server_and_names_its_jvm(served) -> None:
     record = registry(storage).read(app)
     assert record.pid == server.pid and record.finished_at is None
     assert registry(storage).liveness(record) is Liveness.LIVE
-    # A client in another process: its job's result is plain Spark's; blobs are refused with
-    # one line naming what works instead.
+    # A client in another process: its job's result is plain Spark's; a blob read outside a
+    # task is refused with one line saying where blobs are read.
     got = server.client(
         "from pyspark.sql import functions as F\n"
         "import spark_steward\n"
         "df = spark.range(1000).withColumn('sq', F.col('id') * F.col('id'))\n"
         "try:\n"
-        "    spark_steward.blobs.put(b'x')\n"
+        "    spark_steward.blobs.get(spark_steward.blobs.put(b'x'))\n"
         "    refused = None\n"
         "except spark_steward.errors.StewardError as exc:\n"
         "    refused = str(exc)\n"
         "result = [df.count(), df.agg(F.sum('sq')).collect()[0][0], refused]")
     assert got[:2] == [1000, sum(i * i for i in range(1000))]
-    assert "spark.addArtifacts" in got[2] and "\n" not in got[2], got[2]
+    assert "inside tasks" in got[2] and "\n" not in got[2], got[2]
 
 
 def test_the_runtime_s_gateway_refuses_a_neighbour_without_its_secret(served) -> None:
@@ -130,7 +130,11 @@ def test_a_killed_runtime_restarts_while_the_application_stays_live(served) -> N
     gc = subprocess.run([sys.executable, "-m", "spark_steward.cli", "gc", "--storage",
                          storage.as_uri(), "--json"], capture_output=True, text=True, timeout=120)
     assert gc.returncode == 0, gc.stderr
-    assert app not in gc.stdout
+    # Nothing of the live application is collected; where gc met its files, it says why not.
+    for collector in json.loads(gc.stdout)["collectors"]:
+        assert app not in json.dumps(collector["deleted"]) + json.dumps(collector["failed"])
+        assert all(s["reason"] == "application is live" for s in collector["skipped"]
+                   if s.get("app_id") == app), collector
     # A client's job meanwhile is served as before.
     assert server.client("result = spark.range(7).count()") == 7
     second = wait_until(lambda: [p for p in server.runtime_pids() if p != first], 60,
@@ -193,7 +197,7 @@ HOSTILE = [
     ("truncated varint", b"\x0a\xff", "truncated varint"),
     ("long varint", b"\x0a" + b"\xff" * 6 + b"\x01", "longer than 5 bytes"),
     ("length past the end", b"\x0a\x7fabc", "remain"),
-    ("unknown field", b"\x1a\x01x", "unexpected field 3"),
+    ("unknown field", b"\x22\x01x", "unexpected field 4"),
     ("no request text", b"", "no text field"),
     ("text not UTF-8", b"\x0a\x01\xff", "not UTF-8"),
     ("not JSON", _frame("{{{"), "not JSON"),
@@ -209,6 +213,14 @@ HOSTILE = [
 #: Plans cached through Spark's own df.cache() by two sessions (the same text in every client).
 MINE = "spark.range(777).selectExpr('id * 5 AS z')"
 THEIRS = "spark.range(888).selectExpr('id AS w')"
+
+
+def _blob_files(storage: Path, local: Path, digest: str) -> list[Path]:
+    """Ground truth: the driver's files of a blob, by its digest, in the local and storage
+    dirs. Executors' cached copies (``blob-cache``) are not among them: those go by the
+    cache's staged cleanup, as any unreferenced copy does (FLIP-19)."""
+    return [p for root in (storage, local) for p in root.rglob(f"*{digest}*")
+            if p.is_file() and "blob-cache" not in str(p)]
 
 
 def _table_files(storage: Path, key: str) -> list[Path]:
@@ -235,10 +247,47 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
         "agg = sorted(tuple(r) for r in t.groupBy('k').count().collect())\n"
         "again = t.selectExpr('sum(x)').collect()[0][0]\n"
         "key = t.storage_key\n"
+        # A blob and an offloaded payload read in UDFs, host-local state kept by a UDF.
+        "from pyspark.sql.functions import udf\n"
+        "ref = spark_steward.blobs.put(b'thin blob ' * 1000, name='b.txt')\n"
+        "off = spark_steward.blobs.offload({'answer': 42}, receivers=2)\n"
+        "@udf('string')\n"
+        "def read(i):\n"
+        "    import spark_steward\n"
+        "    return spark_steward.blobs.read_bytes(ref)[:9].decode() + str(off.load()['answer'])\n"
+        "@udf('long')\n"
+        "def bump(i):\n"
+        "    import spark_steward\n"
+        "    state = spark_steward.local.state('thin')\n"
+        "    n = int(state.get('n') or b'0') + 1\n"
+        "    state.put('n', str(n).encode())\n"
+        "    return n\n"
+        "reads = spark.range(4).repartition(2).select(read('id'))\n"
+        "blob_reads = sorted(r[0] for r in reads.collect())\n"
+        "bumps = sorted(r[0] for r in spark.range(3).coalesce(1).select(bump('id')).collect())\n"
+        "blobs = [r.key.digest for r in spark_steward.blobs.ls()]\n"
+        # A streaming query started here is recorded as in classic.
+        "import time\n"
+        "q = (spark.readStream.format('rate').option('rowsPerSecond', 20).load()\n"
+        "     .writeStream.format('noop')\n"
+        f"     .option('checkpointLocation', {str(storage.parent / 'q1')!r})\n"
+        "     .queryName('thin_q').start())\n"
+        "while q.lastProgress is None:\n"
+        "    time.sleep(0.2)\n"
+        "running = [(s.record.name, s.state.value, s.record.location)\n"
+        "           for s in spark_steward.streams.ls()]\n"
+        "q.stop()\n"
+        "try:\n"
+        "    spark_steward.streams.drop('thin_q')\n"
+        "    dropped = 'dropped'\n"
+        "except spark_steward.errors.StreamActive as exc:\n"
+        "    dropped = str(exc)\n"
         "result = dict(first=first, second=second, ids=ids, restored=list(restored),\n"
         "              latest=list(latest), before=before, agg=agg, again=again, key=key,\n"
         "              materialized=t.is_materialized, table=t.table_id,\n"
-        "              session=spark.client._session_id)", env=NO_JVM)
+        "              session=spark.client._session_id, blob_reads=blob_reads, bumps=bumps,\n"
+        "              blob=ref.key.digest, blobs=blobs, running=running, dropped=dropped)",
+        env=NO_JVM)
     rows = range(5000)
     assert got["ids"] == [got["first"], got["second"]]
     assert got["restored"] == [3 * sum(rows), 5000]
@@ -247,9 +296,20 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
     assert not got["before"] and got["materialized"]
     assert got["agg"] == [[k, sum(1 for i in rows if i % 7 == k)] for k in range(3)]
     assert got["again"] == 3 * sum(i for i in rows if i % 7 < 3)
+    # ls lists this session's blobs: the put one, and the offloaded one until its receivers
+    # have read it.
+    assert got["blob_reads"] == ["thin blob42"] * 4 and got["blob"] in got["blobs"]
+    assert len(got["blobs"]) <= 2
+    assert got["bumps"] == [1, 2, 3]  # one executor, one store: each row saw the last
+    assert _blob_files(storage, local, got["blob"]), "the blob is not where the server keeps it"
+    assert got["running"] == [["thin_q", "running", (storage.parent / "q1").as_uri()
+                               .replace("file:///", "file:/")]]
+    assert got["dropped"].startswith("refusing to drop")  # running, or stopped within the grace
     # The client's session ended with the process: its table's files go with it.
     wait_until(lambda: not _table_files(storage, got["key"]), 60,
                "the ended session's cached table released")
+    wait_until(lambda: not _blob_files(storage, local, got["blob"]), 30,
+               "the ended session's blob deleted")
 
     # One client holds a table; another session cannot reach it; hostile commands are refused
     # with one line each while the good client is served.

@@ -168,7 +168,8 @@ def runtime() -> FakeRuntime:
 
 def ask(handler: CommandHandler, request: Any, jinput: Any = None,
         out: Out | None = None) -> tuple[Any, tuple[str, str] | None]:
-    reply = handler.handle("sid-1", "alice", request, "jsession", jinput, out or Out())
+    reply = handler.handle("sid-1", "alice", request, "jsession", jinput, None,
+                           out or Out())
     assert isinstance(reply, str)
     return parse_reply(reply)
 
@@ -188,7 +189,7 @@ def test_a_command_reaches_its_function_with_the_call(runtime: FakeRuntime,
     out = Out()
     args = {"series": "s", "n": 1, "nested": {"a": [None]}}
     reply = handler.handle("sid-1", "alice", request_text("t.echo", args), "jsession", "jinput",
-                           out)
+                           None, out)
     assert parse_reply(reply) == ({"echo": args, "by": "checkpoints"}, None)
     [(service, call)] = CALLS
     assert service is CHECKPOINTS
@@ -219,7 +220,7 @@ def test_session_and_user_ids_reach_the_call_as_strings(runtime: FakeRuntime) ->
     session_id: Any = 42
     user_id: Any = 7
     CommandHandler(runtime).handle(session_id, user_id, request_text("t.echo", {}), "js", None,
-                                   Out())
+                                   None, Out())
     assert (CALLS[0][1].session_id, CALLS[0][1].user_id) == ("42", "7")
 
 
@@ -282,7 +283,7 @@ def test_a_bad_argument_goes_back_as_a_malformed_command(runtime: FakeRuntime) -
 def test_any_other_failure_is_one_line_naming_the_op_with_the_trace_in_the_log(
         runtime: FakeRuntime, caplog: pytest.LogCaptureFixture, op: str, exception: str) -> None:
     caplog.set_level(logging.ERROR, logger="spark_steward.kernel.remote_server")
-    reply = CommandHandler(runtime).handle("sid-1", "alice", request_text(op, {}), "js", None,
+    reply = CommandHandler(runtime).handle("sid-1", "alice", request_text(op, {}), "js", None, None,
                                            Out())
     _, error = parse_reply(reply)
     assert error is not None
@@ -381,7 +382,7 @@ def test_handle_never_raises_whatever_the_request(runtime: FakeRuntime,
             requests.append(request_text(rng.choice(known), args))
     for request in requests:
         jinput = rng.choice([None, "jin"])
-        reply = handler.handle("sid", "u", request, "js", jinput, Out())
+        reply = handler.handle("sid", "u", request, "js", jinput, None, Out())
         value, error = parse_reply(reply)  # always a well-formed reply
         assert error is None or all(isinstance(part, str) for part in error)
         json.loads(reply)

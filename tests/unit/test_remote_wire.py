@@ -169,8 +169,10 @@ ADVERSARIAL = {
     "extra-varint": (OK + b"\x10\x01", "unexpected field 2 of wire type 0"),
     "extra-fixed64": (OK + b"\x11" + b"\x00" * 8, "unexpected field 2 of wire type 1"),
     "extra-fixed32": (OK + b"\x15" + b"\x00" * 4, "unexpected field 2 of wire type 5"),
-    "field-3": (OK + field(3, b"x"), "unexpected field 3 of wire type 2"),
-    "field-3-first": (field(3, b"x") + OK, "unexpected field 3 of wire type 2"),
+    "field-4": (OK + field(4, b"x"), "unexpected field 4 of wire type 2"),
+    "field-4-first": (field(4, b"x") + OK, "unexpected field 4 of wire type 2"),
+    "data-twice": (OK + field(3, b"x") + field(3, b"y"), "field 3 twice"),
+    "data-varint": (OK + b"\x18\x01", "unexpected field 3 of wire type 0"),
     "field-0": (field(0, b"x") + OK, "unexpected field 0 of wire type 2"),
     "field-max": (OK + field(2 ** 29 - 1, b"x"), f"unexpected field {2 ** 29 - 1} of wire type 2"),
     "field-past-32-bits": (b"\xff\xff\xff\xff\x7f", f"unexpected field {2 ** 32 - 1} of wire "

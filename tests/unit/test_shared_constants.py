@@ -23,6 +23,8 @@ from spark_steward import config
 
 ROOT = Path(__file__).resolve().parents[2]
 JAVA = ROOT / "jvm-shim" / "src" / "main" / "java" / "io" / "sparksteward" / "shim"
+#: The Spark Connect server extensions, a source set compiled only against lines with Connect.
+CONNECT_JAVA = ROOT / "jvm-shim" / "src" / "connect" / "java" / "io" / "sparksteward" / "shim"
 PYTHON = ROOT / "python"
 
 # -- reading the Java sources ---------------------------------------------------------------------
@@ -49,7 +51,7 @@ def java_file(cls: str) -> Path:
     packages share."""
     if "/" in cls:
         return JAVA.parent / f"{cls}.java"
-    found = sorted(JAVA.rglob(f"{cls}.java"))
+    found = sorted(JAVA.rglob(f"{cls}.java")) + sorted(CONNECT_JAVA.rglob(f"{cls}.java"))
     assert len(found) == 1, f"{len(found)} files named {cls}.java under {JAVA}: {found}"
     return found[0]
 
@@ -62,7 +64,7 @@ def java_code(cls: str) -> str:
 def java_sources() -> dict[str, str]:
     """Every Java class of the shim, every package: name -> code, comments blanked. A name two
     packages share (a deprecated alias's) is given as its path, as :func:`java_file` takes it."""
-    paths = sorted(JAVA.rglob("*.java"))
+    paths = sorted(JAVA.rglob("*.java")) + sorted(CONNECT_JAVA.rglob("*.java"))
     shared = {stem for stem, n in Counter(p.stem for p in paths).items() if n > 1}
     names = [p.relative_to(JAVA.parent).with_suffix("").as_posix() if p.stem in shared else p.stem
              for p in paths]
@@ -189,6 +191,14 @@ SHARED = [
     # switches the shim reads, and config keys it names in messages. No Java default: the shim
     # has none to drift.
     Shared("Handover.KEY", "spark_steward.config:RESOLVED_KEY"),
+    # The Connect command extension and its wire (kernel/remote_wire.py is Payload.java's twin).
+    Shared("StewardCommands.COMMAND_TYPE", "spark_steward.kernel.remote_wire:COMMAND_TYPE"),
+    Shared("StewardCommands.REPLY_TYPE", "spark_steward.kernel.remote_wire:REPLY_TYPE"),
+    Shared("Payload.MAX_TEXT", "spark_steward.kernel.remote_wire:MAX_TEXT", unique=False),
+    Shared("StewardPlugin.CONNECT_COMMANDS", "spark_steward.kernel.jvm:CONNECT_COMMAND_CLASS"),
+    Shared("StewardPlugin.CONNECT_COMMANDS_KEY",
+           "spark_steward.kernel.remote_server:COMMAND_CLASSES_KEY"),
+    Shared("TaskContextRelay.FILE", "spark_steward.kernel.executor:RELAY_FILE"),
     Shared("Handover.VERSION", "spark_steward.kernel.handover:VERSION", unique=False),
     Shared("Handover.EXIT_CONFIG_ERROR", "spark_steward.kernel.handover:EXIT_CONFIG_ERROR",
            unique=False),

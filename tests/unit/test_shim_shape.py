@@ -33,6 +33,9 @@ NAMES_NOT_LOADED = {
     # The manager's old name, recognised in a conf (never loaded: it would delegate to itself).
     ("io/sparksteward/shim/streams/StreamFiles.java",
      "io.sparksteward.shim.StreamCheckpointFiles"),
+    # The Connect command extension (jvm-shim/src/connect) as a Connect server's conf names it:
+    # the plugin only asks whether the conf does, to relay the task context to executors.
+    ("io/sparksteward/shim/StewardPlugin.java", "io.sparksteward.shim.connect.StewardCommands"),
 }
 
 _COMMENTS = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.S)

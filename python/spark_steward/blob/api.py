@@ -35,6 +35,15 @@ __all__ = ["BlobRef", "BlobKey", "put", "get", "open", "read_bytes", "offload", 
 _builtin_open = open
 
 
+def _remote() -> Any:
+    """The active Spark Connect session when no runtime is attached in this process (the
+    thin client), else None."""
+    from spark_steward.kernel.remote_client import connect_session
+    from spark_steward.kernel.runtime import current_runtime
+
+    return connect_session(None) if current_runtime() is None else None
+
+
 def _service() -> "BlobService":
     from spark_steward.blob.service import BlobService
     from spark_steward.kernel.runtime import runtime_for
@@ -46,10 +55,9 @@ def _service() -> "BlobService":
 
         if connect_session(None) is not None:
             raise SetupError(
-                "spark_steward.blobs is not available through Spark Connect: ship files with "
-                "spark.addArtifacts(path, file=True) and read them in UDFs with "
-                "SparkFiles.get(name), or use blobs in a classic driver (spark-submit "
-                "without --remote)") from None
+                "through Spark Connect, blobs are put with spark_steward.blobs.put and read "
+                "inside tasks (UDFs) of the session; a copy on the client is "
+                "spark_steward.blobs.put's source itself") from None
         raise
 
 
@@ -66,6 +74,11 @@ def put(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
     blob_kind = BlobKind.parse(kind)
     if not isinstance(receivers, int) or receivers < 0:
         raise StewardError(f"receivers={receivers!r} is not valid: expected a whole number >= 0")
+    remote = _remote()
+    if remote is not None:
+        from spark_steward.blob import remote as remote_blobs
+
+        return remote_blobs.put(remote, source, blob_kind.value, receivers, name)
     service = _service()
     scope = service.current_scope()
     if isinstance(source, (bytes, bytearray, memoryview)):
@@ -166,5 +179,11 @@ def offload(obj: Any, receivers: int = 1) -> Offloaded:
 
 
 def ls() -> list[BlobRef]:
-    """Every blob of this application the driver currently tracks."""
+    """Every blob of this application the driver currently tracks (through Spark Connect:
+    the blobs this session put)."""
+    remote = _remote()
+    if remote is not None:
+        from spark_steward.blob import remote as remote_blobs
+
+        return remote_blobs.ls(remote)
     return list(_service().require_depot().refs())

@@ -81,6 +81,9 @@ class BlobService(RuntimeService):
     rank: ClassVar[int] = 20
     executor_setup: ClassVar[tuple[str, ...]] = ("spark_steward.blob.files:executor_setup",)
     driver_hooks: ClassVar[tuple[str, ...]] = ("spark_steward.blob.files:driver_setup",)
+    remote_ops: ClassVar[Mapping[str, str]] = {
+        "blobs.put": "spark_steward.blob.commands:serve_put",
+        "blobs.ls": "spark_steward.blob.commands:serve_ls"}
 
     def __init__(self) -> None:
         self.depot: BlobDepot | None = None
@@ -91,6 +94,9 @@ class BlobService(RuntimeService):
         self._ticker: threading.Thread | None = None
         self._scope_numbers = itertools.count(1)
         self._threads = threading.local()
+        #: The owner scope of each Spark Connect session that put blobs (thin client).
+        self._sessions: dict[str, str] = {}
+        self._sessions_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -252,6 +258,36 @@ class BlobService(RuntimeService):
         # Jobs that started in the scope must be known before deciding it has none running.
         self._runtime.flush_events()
         self.depot.close_scope(scope.id)
+
+    # -- Connect sessions (the thin client) ----------------------------------------------------
+
+    def session_scope(self, session_id: str, *, open_it: bool = True) -> str:
+        """The owner scope of Connect session ``session_id`` (opened at its first put; ""
+        when it has none and ``open_it`` is false)."""
+        assert self.depot is not None
+        with self._sessions_lock:
+            scope = self._sessions.get(session_id)
+            if scope is None and open_it:
+                scope = self._sessions[session_id] = f"connect.{next(self._scope_numbers)}"
+                self.depot.open_scope(scope)
+        return scope or ""
+
+    def session_closed(self, session_id: str) -> None:
+        """A Connect session ended: its scope closes and its blobs are deleted."""
+        with self._sessions_lock:
+            scope = self._sessions.pop(session_id, None)
+        if scope is not None and self.depot is not None:
+            self.depot.close_scope(scope)
+            log.info("spark-steward closed blob scope %s of Connect session %s", scope,
+                     session_id)
+
+    def session_owns(self, session_id: str) -> Mapping[str, tuple[int, int]]:
+        with self._sessions_lock:
+            scope = self._sessions.get(session_id)
+        if scope is None or self.depot is None:
+            return {}
+        refs = [r for r in self.depot.refs() if r.scope == scope]
+        return {"blobs": (len(refs), sum(r.size for r in refs))}
 
     def scoped(self, name: str) -> Iterator[Scope]:
         """Yields an owner scope open on this thread and closes it on exit (what

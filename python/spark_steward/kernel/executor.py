@@ -11,6 +11,7 @@ locks, atomic renames), never through memory.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import threading
@@ -169,6 +170,8 @@ class _ProcessState:
         self.pid = os.getpid()
         self.context: ExecutorContext | None = None
         self.context_task: int | None = None
+        #: The context relayed for Spark Connect tasks (read once per process).
+        self.relayed: ExecutorContext | None = None
         self.runtimes: dict[str, ExecutorRuntime] = {}
         self.lock = threading.Lock()
         self.setup_done: set[str] = set()
@@ -231,11 +234,44 @@ def _run_setup(names: tuple[str, ...]) -> None:
 
 
 def current_context() -> ExecutorContext | None:
-    """The executor context of the running task, or None when its job did not carry one."""
+    """The executor context of the running task, or None when its job did not carry one (a
+    Spark Connect client's task finds the one the shim relayed, see :func:`relayed_context`)."""
     context = _state.context
     if context is not None and _state.context_task is not None \
             and _task_attempt_id() != _state.context_task:
+        context = None
+    return context if context is not None else relayed_context()
+
+
+#: The file the shim's ``TaskContextRelay`` writes into the executor's first block-manager dir,
+#: which Spark gives its Python workers as ``SPARK_LOCAL_DIRS``.
+RELAY_FILE = "spark-steward-task-context.json"
+#: The job tag Spark Connect puts on every operation's jobs.
+CONNECT_TAG = "SparkConnect_OperationTag_"
+
+
+def relayed_context() -> ExecutorContext | None:
+    """For a task of a Spark Connect operation, whose command no Python of ours pickled (a
+    client's UDF): the driver runtime's context as the shim relayed it to this executor, made
+    current for the task; None for any other task, or before the relay wrote it."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    if tc is None or CONNECT_TAG not in (tc.getLocalProperty("spark.job.tags") or ""):
         return None
+    context = _state.relayed
+    if context is None:
+        local_dirs = os.environ.get("SPARK_LOCAL_DIRS", "")
+        if not local_dirs:
+            return None
+        try:
+            body = json.loads((Path(local_dirs.split(",")[0]) / RELAY_FILE).read_text())
+            context = ExecutorContext.from_broadcast(
+                {**body, "setup": tuple(body.get("setup", ())), "conf": dict(body.get("conf", {}))})
+        except (OSError, ValueError, TypeError):
+            return None  # not written yet: the task runs without spark-steward
+        _state.relayed = context
+    install_context(context)
     return context
 
 

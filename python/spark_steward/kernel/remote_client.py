@@ -70,16 +70,17 @@ def _error_class(name: str) -> type[StewardError]:
         else StewardError
 
 
-def call(spark: "ConnectSession", op: str, args: Mapping[str, Any],
-         df: Any = None) -> tuple[Any, "DataFrame | None"]:
+def call(spark: "ConnectSession", op: str, args: Mapping[str, Any], df: Any = None,
+         data: bytes | None = None) -> tuple[Any, "DataFrame | None"]:
     """Runs command ``op`` in ``spark`` (a Connect session) with ``args`` and, for calls that
-    take one, ``df``; returns the value and the DataFrame the server returned (or None)."""
+    take them, ``df`` and ``data``; returns the value and the DataFrame the server returned (or
+    None)."""
     from pyspark.sql.connect import proto
 
     extra = None if df is None else df._plan.plan(spark.client).SerializeToString()
     command = proto.Command()
     command.extension.type_url = COMMAND_TYPE
-    command.extension.value = encode(Payload(request_text(op, args), extra))
+    command.extension.value = encode(Payload(request_text(op, args), extra, data))
     try:
         _, properties, _ = spark.client.execute_command(command)
     except Exception as exc:

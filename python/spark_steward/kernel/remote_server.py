@@ -13,6 +13,7 @@ and reaches the client as one line.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import weakref
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class Runtime(Protocol):
 
     sc: "SparkContext"
     steward_version: str
+    #: The executor context (``ExecutorContext``) the runtime broadcasts to its tasks.
+    context: Any
 
     @property
     def services(self) -> Sequence[Any]:
@@ -69,6 +72,8 @@ class RemoteCall:
     session: "SparkSession"
     #: The DataFrame the call names, planned in that session, or None.
     input: "DataFrame | None" = None
+    #: The bytes the call carries (a blob's), or None.
+    data: bytes | None = None
 
     def arg(self, name: str, kind: type, default: Any = ...) -> Any:
         """Argument ``name`` checked to be a ``kind``; WireError names a missing or bad one."""
@@ -125,7 +130,7 @@ class CommandHandler:
         self._ops = operations(runtime.services)
 
     def handle(self, session_id: str, user_id: str, request: str, jsession: Any, jinput: Any,
-               out: Any) -> str:
+               data: Any, out: Any) -> str:
         """One command (``ConnectCommands.handle``): the reply JSON; never raises."""
         op = "?"
         try:
@@ -143,7 +148,8 @@ class CommandHandler:
             service, target = entry
             session = jvm.session_over(jsession, runtime.sc)
             frame = None if jinput is None else jvm.to_dataframe(jinput, session)
-            call = RemoteCall(op, args, str(session_id), str(user_id), session, frame)
+            call = RemoteCall(op, args, str(session_id), str(user_id), session, frame,
+                              None if data is None else bytes(data))
             result = _load(target)(service, call)
             if not isinstance(result, RemoteResult):
                 result = RemoteResult(result)
@@ -179,7 +185,10 @@ def register(runtime: Runtime) -> CommandHandler | None:
         return None
     handler = CommandHandler(runtime)
     jvm.ensure_callback_server(runtime.sc)
-    jvm.facade(runtime.sc).call("setConnectCommands", handler)
+    shim = jvm.facade(runtime.sc)
+    shim.call("setConnectCommands", handler)
+    # Clients' UDFs carry no context of ours: the shim relays this one to their tasks.
+    shim.call("publishTaskContext", json.dumps(runtime.context.to_broadcast()))
     log.info("spark-steward answers its Connect commands (%d kinds)", len(handler._ops))
     return handler
 

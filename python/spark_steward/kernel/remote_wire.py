@@ -3,7 +3,8 @@ command extension, ``io.sparksteward.shim.connect``): pure, no pyspark.
 
 A command travels as a ``protobuf.Any`` of type :data:`COMMAND_TYPE` whose value holds two
 length-delimited protobuf fields: 1, the request as JSON (``{"op": ..., "args": {...}}``); 2,
-optionally, the serialized Relation of the DataFrame the call takes. The reply comes back as a
+optionally, the serialized Relation of the DataFrame the call takes; 3, optionally, data the
+call carries (a blob's bytes). The reply comes back as a
 ``SqlCommandResult`` relation of type :data:`REPLY_TYPE` with the same layout: 1, the reply as
 JSON (``{"value": ...}`` or ``{"error": {"type": ..., "message": ...}}``); 2, optionally, the
 id under which the server cached a DataFrame for the client (a ``CachedRemoteRelation``).
@@ -28,10 +29,12 @@ REPLY_MAX_TEXT = 64 << 20
 
 @dataclass(frozen=True)
 class Payload:
-    """The two fields: the JSON text and the optional bytes beside it."""
+    """The fields: the JSON text, the optional bytes beside it (a relation, a relation id) and
+    the optional data (a blob's bytes)."""
 
     text: str
     extra: bytes | None = None
+    data: bytes | None = None
 
 
 def _varint(value: int) -> bytes:
@@ -47,8 +50,9 @@ def encode(payload: Payload) -> bytes:
     """The protobuf bytes of ``payload`` (fields 1 and 2, length-delimited)."""
     text = payload.text.encode("utf-8")
     out = _varint(1 << 3 | 2) + _varint(len(text)) + text
-    if payload.extra is not None:
-        out += _varint(2 << 3 | 2) + _varint(len(payload.extra)) + payload.extra
+    for number, value in ((2, payload.extra), (3, payload.data)):
+        if value is not None:
+            out += _varint(number << 3 | 2) + _varint(len(value)) + value
     return out
 
 
@@ -67,14 +71,15 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
 
 def decode(data: bytes, max_text: int = MAX_TEXT) -> Payload:
     """The payload in ``data``; WireError for anything but fields 1 (UTF-8, at most
-    ``max_text`` bytes) and 2, each once, in bounds."""
+    ``max_text`` bytes), 2 and 3, each once, in bounds."""
     text: str | None = None
     extra: bytes | None = None
+    blob: bytes | None = None
     pos = 0
     while pos < len(data):
         key, pos = _read_varint(data, pos)
         field, wire = key >> 3, key & 7
-        if wire != 2 or field not in (1, 2):
+        if wire != 2 or field not in (1, 2, 3):
             raise WireError(f"unexpected field {field} of wire type {wire}")
         length, pos = _read_varint(data, pos)
         if length > len(data) - pos:
@@ -89,13 +94,17 @@ def decode(data: bytes, max_text: int = MAX_TEXT) -> Payload:
                 text = chunk.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise WireError(f"field 1 is not UTF-8: {exc}") from None
-        else:
+        elif field == 2:
             if extra is not None:
                 raise WireError("field 2 twice")
             extra = bytes(chunk)
+        else:
+            if blob is not None:
+                raise WireError("field 3 twice")
+            blob = bytes(chunk)
     if text is None:
         raise WireError("no text field")
-    return Payload(text, extra)
+    return Payload(text, extra, blob)
 
 
 def request_text(op: str, args: Mapping[str, Any]) -> str:

@@ -64,8 +64,8 @@ class ConnectCachedTable:
         return self._steward_table_id
 
     def _state(self) -> dict[str, Any]:
-        value, _ = remote_client.call(self.sparkSession, "tables.state",  # type: ignore[attr-defined]
-                                      {"table_id": self._steward_table_id})
+        spark = self.sparkSession  # type: ignore[attr-defined]
+        value, _ = remote_client.call(spark, "tables.state", {"table_id": self._steward_table_id})
         return value  # type: ignore[no-any-return]
 
     @property
@@ -81,8 +81,8 @@ class ConnectCachedTable:
 
     def invalidate(self) -> None:
         """Deletes the materialized files now; the next use materializes the table again."""
-        remote_client.call(self.sparkSession, "tables.invalidate",  # type: ignore[attr-defined]
-                           {"table_id": self._steward_table_id})
+        spark = self.sparkSession  # type: ignore[attr-defined]
+        remote_client.call(spark, "tables.invalidate", {"table_id": self._steward_table_id})
 
     def __repr__(self) -> str:
         return f"ConnectCachedTable[{self._steward_table_id}]"

@@ -12,6 +12,7 @@ import io.sparksteward.shim.kernel.ConnectCommands;
 import io.sparksteward.shim.kernel.EventBridge;
 import io.sparksteward.shim.kernel.RuntimeHost;
 import io.sparksteward.shim.kernel.StewardMetrics;
+import io.sparksteward.shim.kernel.TaskContextRelay;
 import io.sparksteward.shim.streams.StreamFiles;
 import io.sparksteward.shim.tables.CachedTables;
 import org.apache.spark.SparkContext;
@@ -89,6 +90,11 @@ public final class PythonFacade {
   /** Drops the handler: Connect commands are refused until a runtime registers again. */
   public static void clearConnectCommands() {
     ConnectCommands.Registry.clear();
+  }
+
+  /** The runtime's executor context (JSON) for Connect clients' tasks (TaskContextRelay). */
+  public static void publishTaskContext(String json) {
+    TaskContextRelay.publish(json);
   }
 
   // -- metrics (StewardMetrics) -------------------------------------------------------------------

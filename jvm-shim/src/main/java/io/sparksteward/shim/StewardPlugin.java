@@ -10,6 +10,7 @@ import io.sparksteward.shim.kernel.EventBridge;
 import io.sparksteward.shim.kernel.Handover;
 import io.sparksteward.shim.kernel.RuntimeHost;
 import io.sparksteward.shim.kernel.StewardMetrics;
+import io.sparksteward.shim.kernel.TaskContextRelay;
 import io.sparksteward.shim.local.AppEndDriver;
 import io.sparksteward.shim.local.AppEndExecutor;
 import org.apache.spark.SparkContext;
@@ -31,6 +32,10 @@ import org.slf4j.LoggerFactory;
  * at context start, neither side does anything.
  */
 public final class StewardPlugin implements SparkPlugin {
+  /** Where a Connect server names spark-steward's command extension (kernel/jvm.py's twin). */
+  static final String CONNECT_COMMANDS_KEY = "spark.connect.extensions.command.classes";
+  static final String CONNECT_COMMANDS = "io.sparksteward.shim.connect.StewardCommands";
+
   @Override
   public DriverPlugin driverPlugin() {
     return new Driver();
@@ -70,6 +75,9 @@ public final class StewardPlugin implements SparkPlugin {
       Map<String, String> extra = new HashMap<>();
       extra.put(AppEndExecutor.ENABLED_KEY, "true");
       extra.put(Handover.KEY, sc.conf().get(Handover.KEY));
+      if (sc.conf().get(CONNECT_COMMANDS_KEY, "").contains(CONNECT_COMMANDS)) {
+        extra.put(TaskContextRelay.ENABLED_KEY, "true");  // Connect clients' UDFs
+      }
       return extra;
     }
 
@@ -83,6 +91,10 @@ public final class StewardPlugin implements SparkPlugin {
 
     @Override
     public Object receive(Object message) {
+      Object relayed = TaskContextRelay.answer(message);
+      if (relayed != null) {
+        return relayed;
+      }
       return appEnd == null ? null : appEnd.receive(message);
     }
 
@@ -109,6 +121,7 @@ public final class StewardPlugin implements SparkPlugin {
   static final class Executor implements ExecutorPlugin {
     private AppEndExecutor appEnd;
     private PeerServer peers;
+    private TaskContextRelay relay;
 
     @Override
     public void init(PluginContext ctx, Map<String, String> extraConf) {
@@ -116,6 +129,7 @@ public final class StewardPlugin implements SparkPlugin {
       if ("true".equals(extraConf.get(AppEndExecutor.ENABLED_KEY))
           && !"driver".equals(ctx.executorID())) {
         appEnd = AppEndExecutor.start(ctx);
+        relay = TaskContextRelay.forExecutor(ctx, extraConf);
         try {
           peers = PeerServer.startFor(ctx, Handover.forExecutor(extraConf));
         } catch (RuntimeException | LinkageError e) {
@@ -124,6 +138,13 @@ public final class StewardPlugin implements SparkPlugin {
           LoggerFactory.getLogger(PeerServer.class).warn(Errors.PREFIX + "executor {} does not "
               + "serve blob pieces to other hosts: {}", ctx.executorID(), e.toString());
         }
+      }
+    }
+
+    @Override
+    public void onTaskStart() {
+      if (relay != null) {
+        relay.onTaskStart();
       }
     }
 

@@ -6,13 +6,16 @@ import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 
+import io.sparksteward.shim.kernel.Errors;
+
 /**
  * The body of spark-steward's Connect messages (inside a {@code protobuf.Any}): field 1 a JSON
  * text, field 2 optional bytes (a serialized Relation in a command, a cached relation's id in a
- * reply), both length-delimited in protobuf's wire format, so either side reads it without
- * generated classes ({@code spark_steward.kernel.remote_wire} is the Python twin). Anything
- * else (another field, a wire type, a length past the end, a field twice) is refused: the
- * bytes come from any client holding a Connect session.
+ * reply), field 3 optional data (a blob's bytes), all length-delimited in protobuf's wire
+ * format, so either side reads it without generated classes ({@code
+ * spark_steward.kernel.remote_wire} is the Python twin). Anything else (another field, a wire
+ * type, a length past the end, a field twice) is refused: the bytes come from any client
+ * holding a Connect session.
  */
 final class Payload {
   /** A command's JSON is small (names, ids, settings); DataFrames travel as relations. */
@@ -20,25 +23,28 @@ final class Payload {
 
   final String text;
   final byte[] extra;
+  final byte[] data;
 
-  Payload(String text, byte[] extra) {
+  Payload(String text, byte[] extra, byte[] data) {
     this.text = text;
     this.extra = extra;
+    this.data = data;
   }
 
-  static Payload decode(byte[] data) {
+  static Payload decode(byte[] bytes) {
     String text = null;
     byte[] extra = null;
+    byte[] data = null;
     int[] pos = {0};
-    while (pos[0] < data.length) {
-      long key = varint(data, pos);
+    while (pos[0] < bytes.length) {
+      long key = varint(bytes, pos);
       int field = (int) (key >>> 3);
-      if ((key & 7) != 2 || (field != 1 && field != 2)) {
+      if ((key & 7) != 2 || field < 1 || field > 3) {
         throw bad("unexpected field " + field + " of wire type " + (key & 7));
       }
-      long length = varint(data, pos);
-      if (length > data.length - pos[0]) {
-        throw bad("field " + field + " claims " + length + " bytes, " + (data.length - pos[0])
+      long length = varint(bytes, pos);
+      if (length > bytes.length - pos[0]) {
+        throw bad("field " + field + " claims " + length + " bytes, " + (bytes.length - pos[0])
             + " remain");
       }
       int start = pos[0];
@@ -50,18 +56,23 @@ final class Payload {
         if (length > MAX_TEXT) {
           throw bad("a text of " + length + " bytes (at most " + MAX_TEXT + ")");
         }
-        text = utf8(data, start, (int) length);
-      } else {
+        text = utf8(bytes, start, (int) length);
+      } else if (field == 2) {
         if (extra != null) {
           throw bad("field 2 twice");
         }
-        extra = java.util.Arrays.copyOfRange(data, start, start + (int) length);
+        extra = java.util.Arrays.copyOfRange(bytes, start, start + (int) length);
+      } else {
+        if (data != null) {
+          throw bad("field 3 twice");
+        }
+        data = java.util.Arrays.copyOfRange(bytes, start, start + (int) length);
       }
     }
     if (text == null) {
       throw bad("no text field");
     }
-    return new Payload(text, extra);
+    return new Payload(text, extra, data);
   }
 
   /** Strict UTF-8, as protobuf reads a string field and Python's twin decodes. */
@@ -81,6 +92,9 @@ final class Payload {
     field(out, 1, text.getBytes(StandardCharsets.UTF_8));
     if (extra != null) {
       field(out, 2, extra);
+    }
+    if (data != null) {
+      field(out, 3, data);
     }
     return out.toByteArray();
   }
@@ -116,6 +130,6 @@ final class Payload {
   }
 
   private static IllegalArgumentException bad(String why) {
-    return new IllegalArgumentException("spark-steward: a malformed command: " + why);
+    return new IllegalArgumentException(Errors.PREFIX + "a malformed command: " + why);
   }
 }

@@ -11,6 +11,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
+import io.sparksteward.shim.kernel.Errors;
 import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.spark.SparkContext;
 import org.apache.spark.connect.proto.AnalyzePlanRequest;
@@ -192,12 +193,12 @@ public final class SessionCaches implements ServerInterceptor {
         }
       }
     } catch (RuntimeException e) {
-      LOG.warn("spark-steward: could not release what Connect session {} cached: {}", sessionId,
+      LOG.warn(Errors.PREFIX + "could not release what Connect session {} cached: {}", sessionId,
           e.toString());
       return;
     }
     if (uncached + unpersisted > 0) {
-      LOG.info("spark-steward: released {} cached DataFrame(s) and {} locally checkpointed "
+      LOG.info(Errors.PREFIX + "released {} cached DataFrame(s) and {} locally checkpointed "
           + "RDD(s) of Connect session {}", uncached, unpersisted, sessionId);
     }
   }
@@ -225,7 +226,7 @@ public final class SessionCaches implements ServerInterceptor {
         found.add((CachedData) it.next());
       }
     } catch (ReflectiveOperationException | RuntimeException e) {
-      LOG.debug("spark-steward: the cache manager's entries are not readable", e);
+      LOG.debug(Errors.PREFIX + "the cache manager's entries are not readable", e);
     }
     return found;
   }

@@ -5,6 +5,7 @@ import java.util.Map;
 import java.util.UUID;
 
 import io.sparksteward.shim.kernel.ConnectCommands;
+import io.sparksteward.shim.kernel.Errors;
 import org.apache.spark.connect.proto.ExecutePlanResponse;
 import org.apache.spark.connect.proto.Relation;
 import org.apache.spark.sql.Dataset;
@@ -59,14 +60,14 @@ public final class StewardCommands implements CommandPlugin {
         relation = Relation.parseFrom(request.extra);
       } catch (InvalidProtocolBufferException e) {
         throw new IllegalArgumentException(
-            "spark-steward: the command's DataFrame is not a valid relation: " + e.getMessage());
+            Errors.PREFIX + "the command's DataFrame is not a valid relation: " + e.getMessage());
       }
       input = org.apache.spark.sql.classic.Dataset.ofRows(session,
           planner.transformRelation(relation));
     }
     ConnectCommands handler = ConnectCommands.Registry.current();
     if (handler == null) {
-      throw new IllegalStateException("spark-steward: the driver runtime of this Connect server "
+      throw new IllegalStateException(Errors.PREFIX + "the driver runtime of this Connect server "
           + "is not running (it is starting, or being restarted after it stopped: the "
           + "server's log says why); try again in a few seconds");
     }
@@ -74,10 +75,10 @@ public final class StewardCommands implements CommandPlugin {
     String reply;
     try {
       reply = handler.handle(holder.sessionId(), holder.userId(), request.text, session, input,
-          out);
+          request.data, out);
     } catch (RuntimeException e) {
       // py4j's error when the runtime went away mid-call: say what happened, not py4j's trace.
-      throw new IllegalStateException("spark-steward: the driver runtime of this Connect server "
+      throw new IllegalStateException(Errors.PREFIX + "the driver runtime of this Connect server "
           + "did not answer (" + e.getClass().getSimpleName() + "); if it is being restarted, "
           + "try again in a few seconds", e);
     }
@@ -90,7 +91,7 @@ public final class StewardCommands implements CommandPlugin {
       holder.cacheDataFrameById(id, df);
       relationId = id.getBytes(java.nio.charset.StandardCharsets.UTF_8);
     }
-    send(planner, holder, new Payload(reply, relationId));
+    send(planner, holder, new Payload(reply, relationId, null));
     return true;
   }
 

@@ -19,7 +19,7 @@ public interface ConnectCommands {
    * DataFrame for the client goes into {@code out} under {@code "dataframe"}.
    */
   String handle(String sessionId, String userId, String request, Object session,
-      Object input, Map<String, Object> out);
+      Object input, byte[] data, Map<String, Object> out);
 
   /** The registered handler: at most one per JVM, the attached runtime's. */
   final class Registry {
