@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -145,6 +146,17 @@ def test_a_killed_runtime_restarts_while_the_application_stays_live(served) -> N
     before = reg.read(app).heartbeat_at
     wait_until(lambda: reg.read(app).heartbeat_at > before, 30, "the new runtime's heartbeat")
     assert reg.read(app).pid == server.pid and len(second) == 1
+    # Clients' UDFs reach the new runtime's blob server (new port, new token) once executors
+    # have refreshed the relayed context: at a task start, at most every 5 s
+    # (TaskContextRelay.REFRESH_EVERY_MILLIS).
+    time.sleep(5.5)
+    assert server.client(
+        "import spark_steward\n"
+        "from pyspark.sql.functions import udf\n"
+        "ref = spark_steward.blobs.put(b'after the restart')\n"
+        "read = udf(lambda i: spark_steward.blobs.read_bytes(ref).decode(), 'string')\n"
+        "result = sorted({r[0] for r in spark.range(3).select(read('id')).collect()})",
+        env=NO_JVM) == ["after the restart"]
 
 
 def test_each_connect_session_owns_its_checkpoints_until_it_closes(served) -> None:
@@ -326,7 +338,14 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
     total, table_id, key, held_session, cached_rows, local_rows = mine
     assert total == 2 * sum(range(300)) and _table_files(storage, key)
     assert (cached_rows, local_rows) == (777, 555)
-    neighbour, theirs = server.held_client(f"t = {THEIRS}\nt.cache()\nresult = t.count()")
+    neighbour, theirs = server.held_client(
+        f"t = {THEIRS}\nt.cache()\nresult = t.count()\n"
+        "import threading\n"
+        "def keep():  # a request every 2 s: the idle session never expires\n"
+        "    while True:\n"
+        "        spark.conf.get('spark.app.name')\n"
+        "        time.sleep(2)\n"
+        "threading.Thread(target=keep, daemon=True).start()")
     assert theirs == 888
     removed_before = server.log().count("from persistence list")
     hostile = server.client(

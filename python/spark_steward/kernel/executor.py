@@ -170,8 +170,9 @@ class _ProcessState:
         self.pid = os.getpid()
         self.context: ExecutorContext | None = None
         self.context_task: int | None = None
-        #: The context relayed for Spark Connect tasks (read once per process).
-        self.relayed: ExecutorContext | None = None
+        #: The context relayed for Spark Connect tasks, with its file's mtime (read again when
+        #: the file changes).
+        self.relayed: tuple[int, ExecutorContext] | None = None
         self.runtimes: dict[str, ExecutorRuntime] = {}
         self.lock = threading.Lock()
         self.setup_done: set[str] = set()
@@ -259,18 +260,25 @@ def relayed_context() -> ExecutorContext | None:
     tc = TaskContext.get()
     if tc is None or CONNECT_TAG not in (tc.getLocalProperty("spark.job.tags") or ""):
         return None
-    context = _state.relayed
-    if context is None:
-        local_dirs = os.environ.get("SPARK_LOCAL_DIRS", "")
-        if not local_dirs:
-            return None
-        try:
-            body = json.loads((Path(local_dirs.split(",")[0]) / RELAY_FILE).read_text())
-            context = ExecutorContext.from_broadcast(
-                {**body, "setup": tuple(body.get("setup", ())), "conf": dict(body.get("conf", {}))})
-        except (OSError, ValueError, TypeError):
-            return None  # not written yet: the task runs without spark-steward
-        _state.relayed = context
+    local_dirs = os.environ.get("SPARK_LOCAL_DIRS", "")
+    if not local_dirs:
+        return None
+    path = Path(local_dirs.split(",")[0]) / RELAY_FILE
+    try:
+        stamp = path.stat().st_mtime_ns
+        if _state.relayed is None or _state.relayed[0] != stamp:  # new, or a restarted runtime's
+            body = json.loads(path.read_text())
+            fresh = ExecutorContext.from_broadcast({**body, "setup": tuple(body.get("setup", ())),
+                                                    "conf": dict(body.get("conf", {}))})
+            old = _state.runtimes.get(fresh.app_id)
+            if old is not None and old.context != fresh:
+                # A restarted driver runtime: its blob server has a new port and token.
+                with _state.lock:
+                    _state.runtimes.pop(fresh.app_id, None)
+            _state.relayed = (stamp, fresh)
+    except (OSError, ValueError, TypeError):
+        return None  # not written yet: the task runs without spark-steward
+    context = _state.relayed[1]
     install_context(context)
     return context
 

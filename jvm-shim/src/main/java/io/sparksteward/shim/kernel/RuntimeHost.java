@@ -260,6 +260,10 @@ public final class RuntimeHost {
         } catch (InterruptedException e) {
           return;  // stop() interrupts only after the process ended or was killed
         }
+        // What the dead runtime handed the JVM is stale: its callbacks answer no more, and its
+        // blob server's port and token are gone. Its successor hands over its own.
+        ConnectCommands.Registry.clear();
+        TaskContextRelay.publish(null);
         synchronized (lock) {
           closeLifeline(false);
           if (stopping) {

@@ -19,10 +19,11 @@ import org.slf4j.LoggerFactory;
  * (the driver says so in the executors' extra conf, {@link #ENABLED_KEY}).
  *
  * <p>The runtime publishes the context into the driver JVM; each executor asks the driver plugin
- * for it at a task start until it has it (at most every {@link #ASK_EVERY_MILLIS}), then writes
- * it, owner-only, as {@link #FILE} in its first block-manager dir, which Spark hands its Python
- * workers as {@code SPARK_LOCAL_DIRS}. A Python worker reads it only for a task of a Connect
- * operation ({@code spark_steward.kernel.executor}).
+ * for it at a task start (at most every {@link #ASK_EVERY_MILLIS} until it has one, then every
+ * {@link #REFRESH_EVERY_MILLIS} naming the one it has, answered with nothing while that stays
+ * current: a restarted runtime serves blobs on a new port with a new token) and writes it, owner-only, as {@link #FILE} in its first block-manager dir, which
+ * Spark hands its Python workers as {@code SPARK_LOCAL_DIRS}. A Python worker reads it only for
+ * a task of a Connect operation ({@code spark_steward.kernel.executor}).
  */
 public final class TaskContextRelay {
   /** The key of the executors' extra conf (the plugin's own map, not a Spark conf). */
@@ -30,11 +31,12 @@ public final class TaskContextRelay {
   public static final String FILE = "spark-steward-task-context.json";
   static final String ASK = "task-context?";
   static final long ASK_EVERY_MILLIS = 2000;
+  static final long REFRESH_EVERY_MILLIS = 5000;
   private static final Logger LOG = LoggerFactory.getLogger(TaskContextRelay.class);
   private static volatile String published;
 
   private final PluginContext ctx;
-  private volatile boolean written;
+  private String written;
   private long lastAsk;
 
   private TaskContextRelay(PluginContext ctx) {
@@ -48,13 +50,33 @@ public final class TaskContextRelay {
     published = json;
   }
 
-  /** The driver plugin's answer to {@code message}, or null when it is not the relay's. */
+  /**
+   * The driver plugin's answer to {@code message}, or null when it is not the relay's: the
+   * context, or "" when none is published or the executor's (its hash after the ask) is it.
+   */
   public static Object answer(Object message) {
-    if (!ASK.equals(message)) {
+    if (!(message instanceof String) || !((String) message).startsWith(ASK)) {
       return null;
     }
     String current = published;
-    return current == null ? "" : current;
+    if (current == null || ((String) message).substring(ASK.length()).equals(hash(current))) {
+      return "";
+    }
+    return current;
+  }
+
+  static String hash(String text) {
+    try {
+      byte[] digest = java.security.MessageDigest.getInstance("SHA-256")
+          .digest(text.getBytes(StandardCharsets.UTF_8));
+      StringBuilder out = new StringBuilder();
+      for (int i = 0; i < 8; i++) {
+        out.append(String.format("%02x", digest[i]));
+      }
+      return out.toString();
+    } catch (java.security.NoSuchAlgorithmException e) {
+      throw new IllegalStateException(e);  // every JVM has SHA-256
+    }
   }
 
   // -- an executor ---------------------------------------------------------------------------
@@ -65,26 +87,22 @@ public final class TaskContextRelay {
     return "true".equals(conf.get(ENABLED_KEY)) ? new TaskContextRelay(ctx) : null;
   }
 
-  /** At a task's start: fetches and writes the context once it is published. */
-  public void onTaskStart() {
-    if (written) {
+  /** At a task's start: fetches the context, and writes it when it is new or changed. */
+  public synchronized void onTaskStart() {
+    long now = System.currentTimeMillis();
+    if (now - lastAsk < (written == null ? ASK_EVERY_MILLIS : REFRESH_EVERY_MILLIS)) {
       return;
     }
-    synchronized (this) {
-      long now = System.currentTimeMillis();
-      if (written || now - lastAsk < ASK_EVERY_MILLIS) {
-        return;
+    lastAsk = now;
+    try {
+      Object answer = ctx.ask(written == null ? ASK : ASK + hash(written));
+      if (answer instanceof String && !((String) answer).isEmpty()
+          && !answer.equals(written)) {
+        write((String) answer);
+        written = (String) answer;
       }
-      lastAsk = now;
-      try {
-        Object answer = ctx.ask(ASK);
-        if (answer instanceof String && !((String) answer).isEmpty()) {
-          write((String) answer);
-          written = true;
-        }
-      } catch (Exception e) {
-        LOG.debug(Errors.PREFIX + "no task context from the driver yet", e);
-      }
+    } catch (Exception e) {
+      LOG.debug(Errors.PREFIX + "no task context from the driver yet", e);
     }
   }
 
