@@ -194,5 +194,8 @@ def register(runtime: Runtime) -> CommandHandler | None:
 
 
 def unregister(runtime: Runtime) -> None:
-    """Connect commands are refused from now on (the runtime stops)."""
-    jvm.facade(runtime.sc).call("clearConnectCommands")
+    """Connect commands are refused from now on, and clients' tasks get no context (the
+    runtime stops)."""
+    shim = jvm.facade(runtime.sc)
+    shim.call("clearConnectCommands")
+    shim.call("publishTaskContext", None)
