@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from spark_steward.kernel.jvm import CONNECT_EXTENSIONS
 from tests.cluster.conftest import steward_setup
 from tests.cluster.harness import Cluster, HostProcess
 from tests.connect.harness import wait_until
@@ -23,10 +24,13 @@ _APP_ID = re.compile(r"\bapp-\d{14}-\d{4}\b")
 
 
 def client_script(url: str, code: str, hold: bool) -> str:
+    """A client's script; a held one then keeps its session alive (a request every 2 s: idle,
+    it would expire with the test's 8 s timeout) until it is killed."""
     return ("import json, time\nfrom pyspark.sql import SparkSession\n"
             f"spark = SparkSession.builder.remote({url!r}).getOrCreate()\n" + code +
             "\nprint('RESULT=' + json.dumps(result), flush=True)\n" +
-            ("time.sleep(3600)\n" if hold else ""))
+            ("while True:\n    spark.conf.get('spark.app.name')\n    time.sleep(2)\n"
+             if hold else ""))
 
 
 def result_of(lines: Any) -> Any:
@@ -46,8 +50,9 @@ def test_a_connect_server_serves_sessions_from_other_hosts(cluster: Cluster,
         "spark.executor.cores": "1"})
     jar = subprocess.run([sys.executable, "-m", "spark_steward.cli", "jar"], check=True,
                          capture_output=True, text=True).stdout.strip()
+    extensions = [item for key, cls in CONNECT_EXTENSIONS for item in ("--conf", f"{key}={cls}")]
     server_flags = [*flags, "--conf", f"spark.jars={jar}",
-                    "--conf", "spark.plugins=io.sparksteward.shim.StewardPlugin",
+                    "--conf", "spark.plugins=io.sparksteward.shim.StewardPlugin", *extensions,
                     "--class", SERVER_CLASS]
     log_path = tmp_path / "server.log"
     url = f"sc://{cluster.address('driver')}:{PORT}"
@@ -80,12 +85,37 @@ def test_a_connect_server_serves_sessions_from_other_hosts(cluster: Cluster,
             count, host, session = result
             assert count == 60 and host == cluster.hostname("w1")
             kept = wait_until(folders, 30, "the held session's folder")
-            # A client on w2 checkpoints and releases its session: only its folder goes.
+            # A client on w2 checkpoints and releases its session: only its folder goes. It
+            # also uses the thin client: a named series, a cached table, and a blob its UDF
+            # reads on the worker hosts from the driver host's blob server.
             done = cluster.run("w2", [sys.executable, "-c", client_script(
-                url, "df = spark.range(30).checkpoint()\nresult = df.count()\nspark.stop()",
-                hold=False)], timeout=180)
-            assert result_of(done.stdout.splitlines()) == 30, done.stderr[-3000:]
+                url, "import socket, spark_steward\n"
+                     "from pyspark.sql.functions import udf\n"
+                     "df = spark.range(30).checkpoint()\n"
+                     "cp = spark_steward.checkpoints('hosts')\n"
+                     "cp.save(spark.range(40).repartition(2))\n"
+                     "t = spark_steward.cache(spark.range(50).selectExpr('id * 2 AS y'))\n"
+                     "ref = spark_steward.blobs.put(b'from w2')\n"
+                     "@udf('string')\n"
+                     "def read(i):\n"
+                     "    import socket, spark_steward\n"
+                     "    return spark_steward.blobs.read_bytes(ref).decode() + '@' + "
+                     "socket.gethostname()\n"
+                     "reads = sorted({r[0] for r in spark.range(6).repartition(3)"
+                     ".select(read('id')).collect()})\n"
+                     "result = [df.count(), cp.latest().count(), "
+                     "t.selectExpr('sum(y)').collect()[0][0], t.storage_key, reads]\n"
+                     "spark.stop()", hold=False)], timeout=180)
+            got = result_of(done.stdout.splitlines())
+            assert got is not None, done.stderr[-3000:]
+            count, latest, total, key, reads = got
+            assert (count, latest, total) == (30, 40, 2 * sum(range(50)))
+            assert reads and {r.split("@")[0] for r in reads} == {"from w2"}
+            # Read by executors on worker hosts, none on the driver's.
+            assert cluster.hostname("driver") not in {r.split("@")[1] for r in reads}
             wait_until(lambda: folders() == kept, 60, "the released session's folder gone")
+            wait_until(lambda: not list((storage / "tables" / "data" / key).rglob("*.parquet")),
+                       60, "the released session's cached table gone")
             status = json.loads(subprocess.run(
                 [sys.executable, "-m", "spark_steward.cli", "status", "--storage",
                  storage.as_uri(), "--json"], check=True, capture_output=True,

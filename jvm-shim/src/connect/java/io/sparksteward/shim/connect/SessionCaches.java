@@ -14,6 +14,7 @@ import java.util.regex.Pattern;
 import io.sparksteward.shim.kernel.Errors;
 import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.spark.SparkContext;
+import org.apache.spark.SparkContext$;
 import org.apache.spark.connect.proto.AnalyzePlanRequest;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.scheduler.SparkListener;
@@ -61,7 +62,7 @@ public final class SessionCaches implements ServerInterceptor {
   private static final Map<String, List<CachedData>> CACHED = new ConcurrentHashMap<>();
   private static final Map<String, Set<Integer>> JOB_RDDS = new ConcurrentHashMap<>();
   private static final Object INSTALL = new Object();
-  private static SparkContext listening;
+  private static volatile SparkContext listening;
 
   public SessionCaches() {
     listen();
@@ -70,6 +71,9 @@ public final class SessionCaches implements ServerInterceptor {
   @Override
   public <Q, R> ServerCall.Listener<Q> interceptCall(ServerCall<Q, R> call, Metadata headers,
       ServerCallHandler<Q, R> next) {
+    if (listening == null) {
+      listen();  // the server may build its interceptors before its SparkContext
+    }
     ServerCall.Listener<Q> served = next.startCall(call, headers);
     if (!call.getMethodDescriptor().getFullMethodName().endsWith("/AnalyzePlan")) {
       return served;
@@ -122,12 +126,14 @@ public final class SessionCaches implements ServerInterceptor {
 
   // -- the session's end ---------------------------------------------------------------------
 
+  /** Listens on the running SparkContext, once; never makes one (getOrCreate would). */
   private static void listen() {
     synchronized (INSTALL) {
-      SparkContext sc = SparkContext.getOrCreate();
-      if (listening == sc) {
+      scala.Option<SparkContext> active = SparkContext$.MODULE$.getActive();
+      if (active.isEmpty() || listening == active.get()) {
         return;
       }
+      SparkContext sc = active.get();
       listening = sc;
       sc.addSparkListener(new SparkListener() {
         @Override
