@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_steward.errors import StewardError
 from spark_steward.blob.keys import BlobRef
+from spark_steward.errors import StewardError
 from spark_steward.kernel import remote_client
 
 if TYPE_CHECKING:
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 MAX_BYTES = 64 << 20
 
 
-def put(spark: "ConnectSession", source: "str | os.PathLike[str] | bytes | bytearray | memoryview",
+def put(spark: "ConnectSession",
+        source: "str | os.PathLike[str] | bytes | bytearray | memoryview",
         kind: str, receivers: int, name: str | None) -> BlobRef:
     """Uploads ``source`` (a file or bytes) as a blob of the session; its ref."""
     if isinstance(source, (bytes, bytearray, memoryview)):
@@ -37,10 +38,10 @@ def put(spark: "ConnectSession", source: "str | os.PathLike[str] | bytes | bytea
         label = str(path)
         name = name if name is not None else path.name
     if size > MAX_BYTES:
-        raise StewardError(f"spark_steward.blobs.put: {label} ({size} bytes) is larger than the "
-                        f"{MAX_BYTES >> 20} MiB a blob can be through Spark Connect; ship it "
-                        "with spark.addArtifacts(path, file=True), or put it from a classic "
-                        "driver")
+        raise StewardError(f"spark_steward.blobs.put: {label} ({size} bytes) is larger than "
+                           f"the {MAX_BYTES >> 20} MiB a blob can be through Spark Connect; "
+                           "ship it with spark.addArtifacts(path, file=True), or put it from "
+                           "a classic driver")
     data = bytes(source) if isinstance(source, (bytes, bytearray, memoryview)) \
         else Path(source).read_bytes()
     value, _ = remote_client.call(spark, "blobs.put", {"kind": kind, "receivers": receivers,
