@@ -9,6 +9,7 @@ by ``spark-steward gc``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -41,9 +42,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ConnectSe
     work = tmp_path_factory.mktemp("connect")
     storage, local = work / "storage", work / "local"
     # Sessions of killed clients expire in seconds, not the default hour.
+    # Spark's own folders (artifact store, driver copies) in this test's folder, to look at.
+    (work / "jvm-tmp").mkdir()
     server = ConnectServer(work / "server", server_flags(
         storage, local, "spark.connect.session.manager.defaultSessionTimeout=8s",
-        "spark.connect.session.manager.maintenanceInterval=1s"))
+        "spark.connect.session.manager.maintenanceInterval=1s",
+        f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={work / 'jvm-tmp'}",
+        f"spark.local.dir={work / 'spark-local'}"))
     (work / "server").mkdir()
     with server:
         yield server, storage, local
@@ -235,6 +240,14 @@ def _blob_files(storage: Path, local: Path, digest: str) -> list[Path]:
             if p.is_file() and "blob-cache" not in str(p)]
 
 
+def _artifact_copies(server: ConnectServer, name: str) -> dict[str, list[Path]]:
+    """Ground truth: Spark's copies of artifact ``name``, by where they are."""
+    work = server.work.parent
+    return {"store": list((work / "jvm-tmp").glob(f"artifacts-*/*/files/{name}")),
+            "driver": list((work / "spark-local").glob(f"spark-*/userFiles-*/*/{name}")),
+            "executors": list((server.home / "work" / server.app_id()).glob(f"*/*/{name}"))}
+
+
 def _table_files(storage: Path, key: str) -> list[Path]:
     """Ground truth: a cached table's data files in the storage dir."""
     return [p for p in (storage / "tables" / "data" / key).rglob("*") if p.is_file()]
@@ -327,18 +340,40 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
     # with one line each while the good client is served.
     # The held client also caches and locally checkpoints through Spark's own API; a second
     # held session caches a plan of its own.
+    # It adds an artifact its UDFs read (so executors fetch it) before caching: Spark's cache
+    # clones the session, and the clone adds the artifact again.
+    work = server.work.parent
+    mine_file, theirs_file = work / "held-artifact.txt", work / "neighbour-artifact.txt"
+    mine_file.write_text("held artifact\n" * 500)
+    theirs_file.write_text("neighbour artifact\n" * 300)
     held, mine = server.held_client(
         "import spark_steward\n"
+        "from pyspark.sql.functions import udf\n"
+        f"spark.addArtifacts({str(mine_file)!r}, file=True)\n"
+        "@udf('string')\n"
+        "def peek(i):\n"
+        "    from pyspark import SparkFiles\n"
+        "    return open(SparkFiles.get('held-artifact.txt')).read(13)\n"
+        "peeks = [r[0] for r in spark.range(2).repartition(2).select(peek('id')).collect()]\n"
         "t = spark_steward.cache(spark.range(300).selectExpr('id * 2 AS y'))\n"
         f"c = {MINE}\n"
         "c.cache()\n"
         "lc = spark.range(555).selectExpr('id + 1 AS v').localCheckpoint()\n"
+        "arts = [(r.name, r.key.digest) for r in spark_steward.blobs.ls()]\n"
         "result = [t.selectExpr('sum(y)').collect()[0][0], t.table_id, t.storage_key,\n"
-        "          spark.client._session_id, c.count(), lc.count()]", env=NO_JVM)
-    total, table_id, key, held_session, cached_rows, local_rows = mine
+        "          spark.client._session_id, c.count(), lc.count(), peeks]", env=NO_JVM)
+    total, table_id, key, held_session, cached_rows, local_rows, peeks = mine
     assert total == 2 * sum(range(300)) and _table_files(storage, key)
     assert (cached_rows, local_rows) == (777, 555)
+    assert peeks == ["held artifact"] * 2
+    # Spark's copies: the artifact store, the driver's, the executors' (session and clone).
+    copies = _artifact_copies(server, "held-artifact.txt")
+    assert copies["store"] and copies["driver"] and copies["executors"], copies
+    # The artifact is a blob of the session too: content-addressed, listed, verified.
+    digest = hashlib.sha256(mine_file.read_bytes()).hexdigest()
+    wait_until(lambda: _blob_files(storage, local, digest), 15, "the artifact kept as a blob")
     neighbour, theirs = server.held_client(
+        f"spark.addArtifacts({str(theirs_file)!r}, file=True)\n"
         f"t = {THEIRS}\nt.cache()\nresult = t.count()\n"
         "import threading\n"
         "def keep():  # a request every 2 s: the idle session never expires\n"
@@ -383,10 +418,12 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
     # While it is open, status lists the held session with its cached table.
     def listed() -> dict[str, object] | None:
         found = [s for s in sessions_of(storage)["open"] if s["session_id"] == held_session]
-        return found[0] if found and "cached tables" in found[0]["owns"] else None
+        return found[0] if found and "cached tables" in found[0]["owns"] \
+            and "artifacts" in found[0]["owns"] else None
 
     entry = wait_until(listed, 15, "the held session's table in the record")
     files = _table_files(storage, key)
+    assert entry["owns"]["artifacts"] == [1, mine_file.stat().st_size]
     assert entry["owns"]["cached tables"] == [len([p for p in files if p.suffix == ".parquet"]),
                                               sum(p.stat().st_size for p in files
                                                   if p.suffix == ".parquet")]
@@ -403,6 +440,12 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
     levels = server.client(f"result = [{MINE}.storageLevel.useMemory, "
                            f"{THEIRS}.storageLevel.useMemory]")
     assert levels == [False, True]
+    # Every copy of its artifact goes (the clone's and the executors' too); the neighbour's stay.
+    wait_until(lambda: not any(_artifact_copies(server, "held-artifact.txt").values()), 30,
+               "the killed session's artifact copies deleted")
+    wait_until(lambda: not _blob_files(storage, local, digest), 15, "its artifact blob deleted")
+    theirs_copies = _artifact_copies(server, "neighbour-artifact.txt")
+    assert theirs_copies["store"] and theirs_copies["driver"], theirs_copies
     neighbour.kill()
     neighbour.wait(10)
     assert f"attached to {app}" in server.log()

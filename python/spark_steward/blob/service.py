@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping
 
 from spark_steward.applications import ApplicationRegistry, CleanupBacklog
 from spark_steward.blob import tls
+from spark_steward.blob.connect_artifacts import ConnectArtifacts
 from spark_steward.blob.config_keys import (BLOB_HA, BLOB_NETWORK_TIMEOUT, BLOB_RETENTION_INTERVAL,
                                             BLOB_SERVER_HANDSHAKE_TIMEOUT,
                                             BLOB_SERVER_MAX_CONNECTIONS, BLOB_SERVER_MAX_FRAME,
@@ -97,6 +98,8 @@ class BlobService(RuntimeService):
         #: The owner scope of each Spark Connect session that put blobs (thin client).
         self._sessions: dict[str, str] = {}
         self._sessions_lock = threading.Lock()
+        #: What Connect sessions add with ``spark.addArtifacts`` (a Connect server's runtime).
+        self.connect_artifacts: ConnectArtifacts | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -138,6 +141,7 @@ class BlobService(RuntimeService):
                                         args=(conf.get(BLOB_RETENTION_INTERVAL),),
                                         name="spark-steward-blob-cleanup", daemon=True)
         self._ticker.start()
+        self.connect_artifacts = ConnectArtifacts.start_for(self, runtime)
         log.info("spark-steward blob server listening on %s:%d (executors dial %s:%d)%s",
                  runtime.bind_host, port, runtime.context.driver_host, port,
                  ", TLS 1.3" if identity is not None else "")
@@ -200,6 +204,8 @@ class BlobService(RuntimeService):
 
     def stop(self, runtime: "DriverRuntime") -> None:
         self._stop.set()
+        if self.connect_artifacts is not None:
+            self.connect_artifacts.stop()
         try:
             if self._ticker is not None:
                 self._ticker.join(10)
@@ -287,7 +293,10 @@ class BlobService(RuntimeService):
         if scope is None or self.depot is None:
             return {}
         refs = [r for r in self.depot.refs() if r.scope == scope]
-        return {"blobs": (len(refs), sum(r.size for r in refs))}
+        owns = {"blobs": (len(refs), sum(r.size for r in refs))}
+        if self.connect_artifacts is not None:
+            owns.update(self.connect_artifacts.session_owns(session_id))
+        return owns
 
     def scoped(self, name: str) -> Iterator[Scope]:
         """Yields an owner scope open on this thread and closes it on exit (what

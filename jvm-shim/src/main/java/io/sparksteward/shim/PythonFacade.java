@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.function.Function;
 
+import io.sparksteward.shim.blob.ConnectArtifacts;
 import io.sparksteward.shim.checkpoint.CheckpointCleanWatch;
 import io.sparksteward.shim.checkpoint.CheckpointData;
 import io.sparksteward.shim.checkpoint.SegmentCodec;
@@ -95,6 +96,11 @@ public final class PythonFacade {
   /** The runtime's executor context (JSON) for Connect clients' tasks (TaskContextRelay). */
   public static void publishTaskContext(String json) {
     TaskContextRelay.publish(json);
+  }
+
+  /** What Connect sessions' {@code spark.addArtifacts} left since the last call (JSON). */
+  public static String drainConnectArtifacts() {
+    return ConnectArtifacts.drain();
   }
 
   // -- metrics (StewardMetrics) -------------------------------------------------------------------

@@ -4,6 +4,7 @@ import java.util.Collections;
 import java.util.HashMap;
 import java.util.Map;
 
+import io.sparksteward.shim.blob.ConnectArtifacts;
 import io.sparksteward.shim.blob.PeerServer;
 import io.sparksteward.shim.kernel.Errors;
 import io.sparksteward.shim.kernel.EventBridge;
@@ -35,6 +36,9 @@ public final class StewardPlugin implements SparkPlugin {
   /** Where a Connect server names spark-steward's command extension (kernel/jvm.py's twin). */
   static final String CONNECT_COMMANDS_KEY = "spark.connect.extensions.command.classes";
   static final String CONNECT_COMMANDS = "io.sparksteward.shim.connect.StewardCommands";
+  /** Where a Connect server names spark-steward's interceptor (kernel/jvm.py's twin). */
+  static final String CONNECT_INTERCEPTORS_KEY = "spark.connect.grpc.interceptor.classes";
+  static final String CONNECT_INTERCEPTOR = "io.sparksteward.shim.connect.SessionCaches";
 
   @Override
   public DriverPlugin driverPlugin() {
@@ -78,6 +82,9 @@ public final class StewardPlugin implements SparkPlugin {
       if (sc.conf().get(CONNECT_COMMANDS_KEY, "").contains(CONNECT_COMMANDS)) {
         extra.put(TaskContextRelay.ENABLED_KEY, "true");  // Connect clients' UDFs
       }
+      if (sc.conf().get(CONNECT_INTERCEPTORS_KEY, "").contains(CONNECT_INTERCEPTOR)) {
+        extra.put(ConnectArtifacts.ENABLED_KEY, "true");  // ended sessions' artifact copies
+      }
       return extra;
     }
 
@@ -94,6 +101,10 @@ public final class StewardPlugin implements SparkPlugin {
       Object relayed = TaskContextRelay.answer(message);
       if (relayed != null) {
         return relayed;
+      }
+      Object ended = ConnectArtifacts.answer(message);
+      if (ended != null) {
+        return ended;
       }
       return appEnd == null ? null : appEnd.receive(message);
     }
@@ -122,6 +133,7 @@ public final class StewardPlugin implements SparkPlugin {
     private AppEndExecutor appEnd;
     private PeerServer peers;
     private TaskContextRelay relay;
+    private java.util.concurrent.ScheduledExecutorService artifacts;
 
     @Override
     public void init(PluginContext ctx, Map<String, String> extraConf) {
@@ -130,6 +142,7 @@ public final class StewardPlugin implements SparkPlugin {
           && !"driver".equals(ctx.executorID())) {
         appEnd = AppEndExecutor.start(ctx);
         relay = TaskContextRelay.forExecutor(ctx, extraConf);
+        artifacts = ConnectArtifacts.forExecutor(ctx, extraConf);
         try {
           peers = PeerServer.startFor(ctx, Handover.forExecutor(extraConf));
         } catch (RuntimeException | LinkageError e) {
@@ -153,6 +166,9 @@ public final class StewardPlugin implements SparkPlugin {
       // Before the app-end removal: that may remove the folder the server reads from.
       if (peers != null) {
         peers.stop();
+      }
+      if (artifacts != null) {
+        artifacts.shutdownNow();
       }
       if (appEnd != null) {
         appEnd.shutdown();

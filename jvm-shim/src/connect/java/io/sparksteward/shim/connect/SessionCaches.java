@@ -15,6 +15,7 @@ import io.sparksteward.shim.kernel.Errors;
 import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.spark.SparkContext;
 import org.apache.spark.SparkContext$;
+import org.apache.spark.connect.proto.AddArtifactsRequest;
 import org.apache.spark.connect.proto.AnalyzePlanRequest;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.scheduler.SparkListener;
@@ -50,6 +51,9 @@ import org.slf4j.LoggerFactory;
  * <p>When the session closes or expires ({@code SparkListenerConnectSessionClosed}), its
  * entries still cached are uncached (not blocking, no cascade) and its locally checkpointed
  * RDDs unpersisted. Results never change: a query over a released plan computes it again.
+ *
+ * <p>The same requests tell what a session's {@code spark.addArtifacts} leaves ({@link
+ * SessionArtifacts}): its {@code AddArtifacts} calls, and the session clones its persists make.
  */
 public final class SessionCaches implements ServerInterceptor {
   private static final Logger LOG = LoggerFactory.getLogger(SessionCaches.class);
@@ -75,7 +79,11 @@ public final class SessionCaches implements ServerInterceptor {
       listen();  // the server may build its interceptors before its SparkContext
     }
     ServerCall.Listener<Q> served = next.startCall(call, headers);
-    if (!call.getMethodDescriptor().getFullMethodName().endsWith("/AnalyzePlan")) {
+    String method = call.getMethodDescriptor().getFullMethodName();
+    if (method.endsWith("/AddArtifacts")) {
+      return artifacts(served);
+    }
+    if (!method.endsWith("/AnalyzePlan")) {
       return served;
     }
     return new ForwardingServerCallListener.SimpleForwardingServerCallListener<Q>(served) {
@@ -99,10 +107,46 @@ public final class SessionCaches implements ServerInterceptor {
         // session's.
         synchronized (PERSISTS) {
           Set<CachedData> before = entries();
+          Set<String> sparkSessions = listening == null ? Collections.emptySet()
+              : SessionArtifacts.sparkSessions(listening);
           try {
             super.onHalfClose();
           } finally {
             claim(persistingSession, before);
+            if (listening != null) {
+              SessionArtifacts.cloned(persistingSession, sparkSessions, listening);
+            }
+          }
+        }
+      }
+    };
+  }
+
+  /** An {@code AddArtifacts} call: once served, what the session added is told on. */
+  private static <Q> ServerCall.Listener<Q> artifacts(ServerCall.Listener<Q> served) {
+    return new ForwardingServerCallListener.SimpleForwardingServerCallListener<Q>(served) {
+      private String sessionId;
+      private String userId;
+
+      @Override
+      public void onMessage(Q message) {
+        if (sessionId == null && message instanceof AddArtifactsRequest) {
+          AddArtifactsRequest request = (AddArtifactsRequest) message;
+          sessionId = request.getSessionId();
+          userId = request.getUserContext().getUserId();
+        }
+        super.onMessage(message);
+      }
+
+      @Override
+      public void onHalfClose() {
+        super.onHalfClose();  // the client-streamed call is served here
+        if (sessionId != null) {
+          try {
+            SessionArtifacts.added(userId, sessionId);
+          } catch (RuntimeException | LinkageError e) {
+            LOG.warn(Errors.PREFIX + "could not take the artifacts of Connect session {}: {}",
+                sessionId, e.toString());
           }
         }
       }
@@ -170,6 +214,12 @@ public final class SessionCaches implements ServerInterceptor {
   }
 
   private static void release(String sessionId) {
+    try {
+      SessionArtifacts.release(sessionId, listening);
+    } catch (RuntimeException | LinkageError e) {
+      LOG.warn(Errors.PREFIX + "could not release the artifacts of Connect session {}: {}",
+          sessionId, e.toString());
+    }
     List<CachedData> mine = CACHED.remove(sessionId);
     Set<Integer> rdds = JOB_RDDS.remove(sessionId);
     int uncached = 0;

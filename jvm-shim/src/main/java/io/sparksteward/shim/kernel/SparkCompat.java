@@ -237,6 +237,41 @@ public final class SparkCompat {
     return new ArrayList<>(ids);
   }
 
+  // -- an executor's own state -------------------------------------------------------------------
+
+  /**
+   * Private fields of Spark's executor, read through getters of their declared fields: listing
+   * the methods of these classes loads classes an executor lacks (protobuf's).
+   */
+  private static final class Executors {
+    static final MethodHandle ENV_BACKEND = getter(org.apache.spark.SparkEnv.class,
+        "executorBackend");
+    static final MethodHandle BACKEND_EXECUTOR = getter(
+        org.apache.spark.executor.CoarseGrainedExecutorBackend.class, "executor");
+    static final MethodHandle SESSION_CACHE = getter(org.apache.spark.executor.Executor.class,
+        "isolatedSessionCache");
+  }
+
+  /**
+   * This executor's cache of isolated sessions (Spark's Guava cache of {@code
+   * IsolatedSessionState} by Spark session id), or null where there is none (local mode, a
+   * backend of another kind).
+   */
+  public static Object isolatedSessions(org.apache.spark.SparkEnv env) {
+    Object backend = call(need(Executors.ENV_BACKEND, "executor backend"),
+        "executor backend", env);
+    if (!(backend instanceof Option) || ((Option<?>) backend).isEmpty()
+        || !(((Option<?>) backend).get()
+            instanceof org.apache.spark.executor.CoarseGrainedExecutorBackend)) {
+      return null;
+    }
+    Object executor = call(need(Executors.BACKEND_EXECUTOR, "executor of a backend"),
+        "executor of a backend", ((Option<?>) backend).get());
+    return executor == null ? null
+        : call(need(Executors.SESSION_CACHE, "isolated sessions"), "isolated sessions",
+            executor);
+  }
+
   /** Spark's Arrow schema for {@code schema}: duplicate names fail, no large variable types. */
   public static Schema arrowSchema(StructType schema, String timeZone) {
     MethodHandle made = need(Others.ARROW_SCHEMA, "Arrow schema");
@@ -302,6 +337,9 @@ public final class SparkCompat {
         "extra optimizer rules (set)", Sessions.SET_EXTRA_OPTIMIZATIONS,
         "job stage ids", Others.STAGE_IDS, "Arrow schema", Others.ARROW_SCHEMA,
         "job stage infos", Others.STAGE_INFOS, "stage RDD infos", Others.RDD_INFOS,
+        "executor backend", Executors.ENV_BACKEND,
+        "executor of a backend", Executors.BACKEND_EXECUTOR,
+        "isolated sessions", Executors.SESSION_CACHE,
     };
     List<String> missing = new ArrayList<>();
     for (int i = 0; i < named.length; i += 2) {
@@ -340,6 +378,17 @@ public final class SparkCompat {
       }
     }
     return null;
+  }
+
+  /** A getter of field {@code name} {@code owner} declares (private ones too), or null. */
+  private static MethodHandle getter(Class<?> owner, String name) {
+    try {
+      java.lang.reflect.Field field = owner.getDeclaredField(name);
+      field.setAccessible(true);
+      return MethodHandles.lookup().unreflectGetter(field);
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      return null;
+    }
   }
 
   /** The public constructor of {@code owner} with {@code arity} parameters, or null. */
