@@ -465,15 +465,27 @@ def test_the_application_end_stops_the_runtime_and_finishes_its_record(served) -
 def test_a_killed_server_leaves_its_runtime_exiting_and_gc_collects(tmp_path: Path) -> None:
     storage, local = tmp_path / "storage", tmp_path / "local"
     (tmp_path / "server").mkdir()
-    with ConnectServer(tmp_path / "server", server_flags(storage, local),
-                       master="local[1]") as server:
+    (tmp_path / "jvm-tmp").mkdir()
+    artifact = tmp_path / "crash-artifact.txt"
+    artifact.write_text("left by a crash\n" * 100)
+    flags = server_flags(storage, local,
+                         f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={tmp_path / 'jvm-tmp'}",
+                         f"spark.local.dir={tmp_path / 'spark-local'}")
+    with ConnectServer(tmp_path / "server", flags, master="local[1]") as server:
         app = server.app_id()
         reg = registry(storage)
         wait_until(lambda: f"attached to {app}" in server.log(), 90, "the runtime's attach")
         [runtime] = server.runtime_pids()
-        # A client's checkpoint, then the server dies with the session open.
-        assert server.client("result = spark.range(30).checkpoint().count()") == 30
+        # A client's checkpoint and artifact, then the server dies with the session open.
+        assert server.client(f"spark.addArtifacts({str(artifact)!r}, file=True)\n"
+                             "result = spark.range(30).checkpoint().count()") == 30
         assert checkpoint_folders(storage, app)
+        spark_folders = lambda: [p for p in [*(tmp_path / "jvm-tmp").glob("artifacts-*"),
+                                             *(tmp_path / "spark-local").glob("*/userFiles-*")]
+                                 if list(p.rglob(artifact.name))]
+        wait_until(lambda: len(spark_folders()) == 2, 10, "the artifact in Spark's folders")
+        wait_until(lambda: (storage / "apps" / app / "connect" / "spark-folders.json").is_file(),
+                   10, "Spark's artifact folders named for gc")
         server.kill()
         # Its lifeline closed: the runtime exits without touching the JVM that is gone.
         wait_until(lambda: not alive(runtime), 15, "the orphaned runtime's exit")
@@ -487,5 +499,8 @@ def test_a_killed_server_leaves_its_runtime_exiting_and_gc_collects(tmp_path: Pa
              "--json"], capture_output=True, text=True, check=True).stdout)
         assert [a for a in status["applications"] if a["app_id"] == app
                 and a["state"] == "live"] == []
-        # What the dead server's sessions owned is gone with it.
+        # What the dead server's sessions owned is gone with it: checkpoints, and Spark's
+        # artifact store and driver copies (which Spark's shutdown hook never got to delete).
         assert not checkpoint_folders(storage, app)
+        assert spark_folders() == [], gc.stdout
+        assert not (storage / "apps" / app / "connect").exists()

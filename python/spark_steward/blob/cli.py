@@ -90,12 +90,19 @@ def cmd_blobs_du(args: argparse.Namespace) -> int:
 
 def _collect(registry: "ApplicationRegistry", args: argparse.Namespace,
              progress: "Progress | None") -> "GcReport":
+    from spark_steward.blob.connect_gc import collect_spark_folders
     from spark_steward.blob.gc import collect_garbage
 
-    return collect_garbage(registry, dry_run=args.dry_run, progress=progress)
+    report = collect_garbage(registry, dry_run=args.dry_run, progress=progress)
+    folders = collect_spark_folders(registry, dry_run=args.dry_run, progress=progress)
+    report.deleted += folders.deleted
+    report.skipped += folders.skipped
+    report.failed += folders.failed
+    return report
 
 
-#: What ``spark-steward gc`` collects of blobs: the HA copies dead applications left.
+#: What ``spark-steward gc`` collects of blobs: the HA copies dead applications left, and what
+#: crashed Connect servers on this host left of their sessions' artifacts.
 COLLECTOR = Collector("blobs", _collect)
 
 

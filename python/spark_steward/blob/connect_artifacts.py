@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from spark_steward.blob.connect_gc import spark_folders_path
 from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
 from spark_steward.errors import StewardError
 from spark_steward.kernel import jvm
@@ -49,12 +50,14 @@ ENDED_KEPT = 10_000
 
 @dataclass(frozen=True)
 class ArtifactAdded:
-    """Connect session ``session_id`` added artifact ``name`` (``files/x.txt``), at ``path``."""
+    """Connect session ``session_id`` added artifact ``name`` (``files/x.txt``), at ``path``;
+    ``roots`` are the folders Spark keeps every session's artifacts and copies in."""
 
     session_id: str
     path: str
     name: str
     size: int
+    roots: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ def parse_reports(text: str) -> tuple[list[Report], int]:
     """The shim's reports (a JSON array) and how many were malformed (skipped)."""
     try:
         items = json.loads(text)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return [], 1
     if not isinstance(items, list):
         return [], 1
@@ -102,8 +105,10 @@ def _report(item: Any) -> Report | None:
     kind = item.get("kind")
     if kind == "added":
         path, name, size = item.get("path"), item.get("name"), item.get("size")
-        if isinstance(path, str) and isinstance(name, str) and isinstance(size, int):
-            return ArtifactAdded(item["session"], path, name, size)
+        roots = _strings(item.get("roots", []))
+        if isinstance(path, str) and isinstance(name, str) and isinstance(size, int) \
+                and not isinstance(size, bool) and size >= 0 and roots is not None:
+            return ArtifactAdded(item["session"], path, name, size, roots)
     elif kind == "ended":
         uuids, folders, roots = (_strings(item.get(k)) for k in ("uuids", "folders", "roots"))
         if uuids is not None and folders is not None and roots is not None:
@@ -137,10 +142,14 @@ class ConnectArtifacts:
     Connect server with spark-steward's interceptor)."""
 
     def __init__(self, service: "BlobService", drain: Callable[[], str],
-                 cleaner: RetryingCleaner[str]) -> None:
+                 cleaner: RetryingCleaner[str],
+                 remember: Callable[[list[str]], None] | None = None) -> None:
+        """``remember(folders)`` keeps Spark's artifact folders for ``gc`` after a crash."""
         self._service = service
         self._drain = drain
         self.cleaner = cleaner
+        self._remember = remember
+        self._roots: set[str] = set()
         self._lock = threading.Lock()
         #: session id -> {artifact name: size} of the artifacts kept as its blobs
         self._owned: dict[str, dict[str, int]] = {}
@@ -161,8 +170,11 @@ class ConnectArtifacts:
         """Starts taking reports when the driver is such a server; else None."""
         if not cls.wanted(runtime):
             return None
+        def remember(folders: list[str]) -> None:
+            runtime.storage.write_record(spark_folders_path(runtime.app_id), {"folders": folders})
+
         owner = cls(service, lambda: str(jvm.call(runtime.sc, "drainConnectArtifacts")),
-                    cleaner_from_conf(runtime.conf, "connect-artifacts"))
+                    cleaner_from_conf(runtime.conf, "connect-artifacts"), remember)
         owner._thread = threading.Thread(target=owner._run, daemon=True,
                                          name="spark-steward-connect-artifacts")
         owner._thread.start()
@@ -170,7 +182,10 @@ class ConnectArtifacts:
 
     def _run(self) -> None:
         while not self._stop.wait(DRAIN_EVERY):
-            self.take()
+            try:
+                self.take()
+            except Exception:  # the thread must live: the next reports are taken as usual
+                log.exception("spark-steward could not take Connect artifact reports")
 
     def stop(self, timeout: float = 10.0) -> None:
         """Takes the last reports, then waits (bounded) for the deletions under way."""
@@ -205,6 +220,7 @@ class ConnectArtifacts:
                               "session %s", report.session_id)
 
     def _added(self, report: ArtifactAdded) -> None:
+        self._remember_roots(report.roots)
         with self._lock:
             if report.session_id in self._ended:
                 return
@@ -219,6 +235,22 @@ class ConnectArtifacts:
             return
         with self._lock:
             self._owned.setdefault(report.session_id, {})[report.name] = report.size
+
+    def _remember_roots(self, roots: Iterable[str]) -> None:
+        """Names Spark's artifact folders for ``gc`` once (again when a new one shows)."""
+        with self._lock:
+            new = set(roots) - self._roots
+            if not new or self._remember is None:
+                return
+            self._roots |= new
+            folders = sorted(self._roots)
+        try:
+            self._remember(folders)
+        except (OSError, StewardError) as exc:
+            with self._lock:
+                self._roots -= new  # named again at the next report
+            log.warning("spark-steward could not record Spark's Connect artifact folders for "
+                        "gc after a crash: %s", exc)
 
     def _ended_session(self, report: SessionEnded) -> None:
         with self._lock:

@@ -72,12 +72,14 @@ final class SessionArtifacts {
     if (!Files.isDirectory(dir)) {
       return;
     }
+    List<String> roots = Arrays.asList(owned.root.toString(), SparkFiles.getRootDirectory());
     try (Stream<Path> files = Files.walk(dir)) {
       files.filter(Files::isRegularFile).forEach(file -> {
         String name = dir.relativize(file).toString().replace(File.separatorChar, '/');
         if (!name.startsWith("classes/") && owned.reported.size() < MAX_FILES_PER_SESSION
             && owned.reported.add(name)) {
-          ConnectArtifacts.added(sessionId, file.toString(), name, file.toFile().length());
+          ConnectArtifacts.added(sessionId, file.toString(), name, file.toFile().length(),
+              roots);
         }
       });
     } catch (IOException | RuntimeException e) {

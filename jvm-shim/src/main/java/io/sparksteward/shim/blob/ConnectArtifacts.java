@@ -53,16 +53,22 @@ public final class ConnectArtifacts {
 
   // -- the driver ----------------------------------------------------------------------------
 
-  /** Session {@code sessionId} added {@code file} (its artifact {@code name}). */
-  public static void added(String sessionId, String file, String name, long size) {
+  /**
+   * Session {@code sessionId} added {@code file} (its artifact {@code name}); {@code roots} are
+   * the folders Spark keeps every session's artifacts and copies in (for {@code gc} after a
+   * crash).
+   */
+  public static void added(String sessionId, String file, String name, long size,
+      List<String> roots) {
     StringBuilder sb = new StringBuilder("{\"kind\":\"added\",\"session\":");
     EventEncoder.quote(sb, sessionId);
     sb.append(",\"path\":");
     EventEncoder.quote(sb, file);
     sb.append(",\"name\":");
     EventEncoder.quote(sb, name);
-    sb.append(",\"size\":").append(size).append('}');
-    report(sb.toString());
+    sb.append(",\"size\":").append(size);
+    list(sb.append(",\"roots\":"), roots);
+    report(sb.append('}').toString());
   }
 
   /**
