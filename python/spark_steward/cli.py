@@ -146,8 +146,9 @@ def _session_lines(sessions: dict[str, Any] | None, now: float) -> list[str]:
     lines = [f"Connect sessions: {sessions['open_total']} open, {sessions['closed_total']} "
              "closed (what a session owned was released when it closed)"]
     for s in sessions["open"]:
-        owns = ", ".join(f"{k}: {plural(files, 'file')}, {human_size(size)}"
-                         for k, (files, size) in s["owns"].items()) or "nothing"
+        # Spark's caches count blocks in block managers; everything else counts files.
+        owns = ", ".join(f"{k}: {plural(n, 'block' if k == 'spark caches' else 'file')}, "
+                         f"{human_size(size)}" for k, (n, size) in s["owns"].items()) or "nothing"
         lines.append(f"  session {s['session_id']} of {s['user_id']}, opened "
                      f"{ago(now - s['started_at'])}: {owns}")
     if sessions["open_total"] > len(sessions["open"]):

@@ -360,9 +360,11 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
         "c.cache()\n"
         "lc = spark.range(555).selectExpr('id + 1 AS v').localCheckpoint()\n"
         "arts = [(r.name, r.key.digest) for r in spark_steward.blobs.ls()]\n"
+        "from pyspark.sql.functions import spark_partition_id as pid\n"
+        "parts = sum(d.select(pid()).distinct().count() for d in (c, lc))\n"
         "result = [t.selectExpr('sum(y)').collect()[0][0], t.table_id, t.storage_key,\n"
-        "          spark.client._session_id, c.count(), lc.count(), peeks]", env=NO_JVM)
-    total, table_id, key, held_session, cached_rows, local_rows, peeks = mine
+        "          spark.client._session_id, c.count(), lc.count(), peeks, parts]", env=NO_JVM)
+    total, table_id, key, held_session, cached_rows, local_rows, peeks, parts = mine
     assert total == 2 * sum(range(300)) and _table_files(storage, key)
     assert (cached_rows, local_rows) == (777, 555)
     assert peeks == ["held artifact"] * 2
@@ -374,13 +376,16 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
     wait_until(lambda: _blob_files(storage, local, digest), 15, "the artifact kept as a blob")
     neighbour, theirs = server.held_client(
         f"spark.addArtifacts({str(theirs_file)!r}, file=True)\n"
-        f"t = {THEIRS}\nt.cache()\nresult = t.count()\n"
+        f"t = {THEIRS}\nt.cache()\n"
+        "from pyspark.sql.functions import spark_partition_id as pid\n"
+        "result = [t.count(), t.select(pid()).distinct().count()]\n"
         "import threading\n"
         "def keep():  # a request every 2 s: the idle session never expires\n"
         "    while True:\n"
         "        spark.conf.get('spark.app.name')\n"
         "        time.sleep(2)\n"
         "threading.Thread(target=keep, daemon=True).start()")
+    theirs, their_parts = theirs
     assert theirs == 888
     removed_before = server.log().count("from persistence list")
     hostile = server.client(
@@ -422,6 +427,12 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
             and "artifacts" in found[0]["owns"] else None
 
     entry = wait_until(listed, 15, "the held session's table in the record")
+    # Its df.cache() and localCheckpoint() blocks (a block per partition, Spark's count), apart
+    # from the neighbour's.
+    assert entry["owns"]["spark caches"][0] == parts and entry["owns"]["spark caches"][1] > 0
+    others = [s["owns"]["spark caches"][0] for s in sessions_of(storage)["open"]
+              if s["session_id"] != held_session and "spark caches" in s["owns"]]
+    assert others == [their_parts], others
     files = _table_files(storage, key)
     assert entry["owns"]["artifacts"] == [1, mine_file.stat().st_size]
     assert entry["owns"]["cached tables"] == [len([p for p in files if p.suffix == ".parquet"]),

@@ -285,7 +285,15 @@ class TableService(RuntimeService):
             tables = [] if remote is None else list(remote.tables.values())
         manifests = [m for m in (t._steward_record.manifest for t in tables) if m is not None]
         files = [f for m in manifests for f in m.files]
-        return {"cached tables": (len(files), sum(f.size for f in files))} if tables else {}
+        owns = {"cached tables": (len(files), sum(f.size for f in files))} if tables else {}
+        runtime = self._runtime
+        if runtime is not None and not runtime.stopped:
+            # What the session's df.cache() and localCheckpoint() hold in Spark's block managers
+            # (a Connect server with spark-steward's interceptor; None elsewhere).
+            held = jvm.call(runtime.sc, "connectSessionHoldings", session_id)
+            if held is not None and int(held[0]) > 0:
+                owns["spark caches"] = (int(held[0]), int(held[1]))
+        return owns
 
     def _release(self, record: CatalogRecord, reason: str, wait: float = 0.0) -> None:
         with record.lock:

@@ -10,6 +10,7 @@ import io.sparksteward.shim.checkpoint.CheckpointData;
 import io.sparksteward.shim.checkpoint.SegmentCodec;
 import io.sparksteward.shim.checkpoint.SegmentFiles;
 import io.sparksteward.shim.kernel.ConnectCommands;
+import io.sparksteward.shim.kernel.ConnectHoldings;
 import io.sparksteward.shim.kernel.EventBridge;
 import io.sparksteward.shim.kernel.RuntimeHost;
 import io.sparksteward.shim.kernel.StewardMetrics;
@@ -96,6 +97,14 @@ public final class PythonFacade {
   /** The runtime's executor context (JSON) for Connect clients' tasks (TaskContextRelay). */
   public static void publishTaskContext(String json) {
     TaskContextRelay.publish(json);
+  }
+
+  /**
+   * {blocks, bytes} Connect session {@code sessionId} holds in Spark's caches ({@code
+   * df.cache()}, {@code df.localCheckpoint()}), or null on a server without the interceptor.
+   */
+  public static long[] connectSessionHoldings(String sessionId) {
+    return ConnectHoldings.of(sessionId);
   }
 
   /** What Connect sessions' {@code spark.addArtifacts} left since the last call (JSON). */

@@ -11,6 +11,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
+import io.sparksteward.shim.kernel.ConnectHoldings;
 import io.sparksteward.shim.kernel.Errors;
 import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.spark.SparkContext;
@@ -162,6 +163,49 @@ public final class SessionCaches implements ServerInterceptor {
     }
   }
 
+  /**
+   * {blocks, bytes} session {@code sessionId} holds now in Spark's block managers: the cached
+   * blocks of its cache entries (once computed) and of its locally checkpointed RDDs.
+   */
+  static long[] holdings(String sessionId) {
+    SparkContext sc = listening;
+    if (sc == null) {
+      return new long[] {0, 0};
+    }
+    Set<Integer> rdds = new java.util.HashSet<>();
+    List<CachedData> mine = CACHED.get(sessionId);
+    if (mine != null) {
+      Set<CachedData> present = entries();
+      synchronized (mine) {
+        for (CachedData data : mine) {
+          if (present.contains(data)
+              && data.cachedRepresentation().cacheBuilder().isCachedColumnBuffersLoaded()) {
+            rdds.add(data.cachedRepresentation().cacheBuilder().cachedColumnBuffers().id());
+          }
+        }
+      }
+    }
+    Set<Integer> jobs = JOB_RDDS.get(sessionId);
+    if (jobs != null) {
+      scala.collection.Map<Object, RDD<?>> persistent = sc.getPersistentRDDs();
+      for (Integer id : jobs) {
+        scala.Option<RDD<?>> rdd = persistent.get(id);
+        if (rdd.isDefined() && rdd.get().isLocallyCheckpointed()) {
+          rdds.add(id);
+        }
+      }
+    }
+    long blocks = 0;
+    long bytes = 0;
+    for (org.apache.spark.storage.RDDInfo info : sc.getRDDStorageInfo()) {
+      if (rdds.contains(info.id())) {
+        blocks += info.numCachedPartitions();
+        bytes += info.memSize() + info.diskSize();
+      }
+    }
+    return new long[] {blocks, bytes};
+  }
+
   /** The number of cache entries session {@code sessionId} owns now (for tests and status). */
   public static int owned(String sessionId) {
     List<CachedData> mine = CACHED.get(sessionId);
@@ -179,6 +223,7 @@ public final class SessionCaches implements ServerInterceptor {
       }
       SparkContext sc = active.get();
       listening = sc;
+      ConnectHoldings.set(SessionCaches::holdings);
       sc.addSparkListener(new SparkListener() {
         @Override
         public void onJobStart(SparkListenerJobStart jobStart) {
