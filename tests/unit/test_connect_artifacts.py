@@ -555,7 +555,7 @@ def test_a_malformed_drain_is_counted_and_said(rig: Rig, caplog: pytest.LogCaptu
 
 
 def test_a_deeply_nested_drain_is_one_malformed_batch(rig: Rig) -> None:
-    # BUG: json.loads raises RecursionError (a RuntimeError) on deep nesting, which
+    # Was a bug (fixed): json.loads raises RecursionError (a RuntimeError) on deep nesting, which
     # parse_reports does not catch (only ValueError/TypeError): parse_reports raises instead of
     # returning ([], 1), take() lets it out (parse_reports is outside its try) against its "a
     # failure is logged; the next call goes on", and ConnectArtifacts._run has no guard, so the

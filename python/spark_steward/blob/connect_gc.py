@@ -9,7 +9,9 @@ shutdown hook never deletes them; ``gc``, run on that host, does, once the appli
 
 Only folders that are exactly what Spark makes are deleted: an absolute path to a real folder
 (not a link) named ``artifacts-<uuid>`` or ``userFiles-<uuid>``, owned by the user running
-``gc``. A record of another host is skipped (the folders are not here to delete).
+``gc``; the list is kept while a folder it names is another user's or could not be deleted, so
+its owner's run (or the next) finds it. A record of another host is skipped (the folders are
+not here to delete).
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ def spark_folders_path(app_id: str) -> str:
 
 def refusal(folder: str, uid: int) -> str | None:
     """Why ``folder`` must not be deleted, or None when it is a Spark folder this user owns
-    (or gone already)."""
+    (or gone already). A refusal that names another user or an unreadable folder is one
+    another run may not meet (:func:`for_another_run`)."""
     path = Path(folder)
-    if not path.is_absolute() or ".." in path.parts:
+    if "\0" in folder or not path.is_absolute() or ".." in path.parts:
         return "not an absolute path"
     if not _SPARK_FOLDER.fullmatch(path.name):
         return "not named as Spark names its artifact folders"
@@ -55,6 +58,15 @@ def refusal(folder: str, uid: int) -> str | None:
     if info.st_uid != uid:
         return f"owned by uid {info.st_uid}, not {uid}"
     return None
+
+
+#: Refusals another user's run may not meet: the folder's list is kept for it.
+_OTHER_RUN = ("cannot be read", "owned by uid")
+
+
+def for_another_run(refused: str) -> bool:
+    """Whether refusal ``refused`` leaves the folder to another run (its owner's)."""
+    return refused.startswith(_OTHER_RUN)
 
 
 def _folders(body: Any) -> list[str] | None:
@@ -114,28 +126,30 @@ def collect_spark_folders(registry: ApplicationRegistry, *, dry_run: bool,
             report.failed.append(Failed(spark_folders_path(app), why))
             continue
         files = size = 0
-        failed = found_any = False
+        keep_list = found_any = False
         for folder in folders:
             refused = refusal(folder, uid)
             if refused is not None:
                 report.skipped.append(Skipped(app, f"{folder} left alone: {refused}"))
+                keep_list = keep_list or for_another_run(refused)
                 continue
-            if not os.path.lexists(folder):
+            path = Path(folder)  # normalized: "x/." and "x/" name folder x
+            if not os.path.lexists(path):
                 continue  # gone already (Spark deletes them at a clean stop)
-            found_any = True
-            found = _usage(Path(folder))
+            found = _usage(path)
             if not dry_run:
                 errors: list[str] = []
-                shutil.rmtree(folder, onerror=lambda _f, p, e: errors.append(f"{p}: {e[1]}"))
-                if os.path.lexists(folder):
+                shutil.rmtree(path, onerror=lambda _f, p, e: errors.append(f"{p}: {e[1]}"))
+                if os.path.lexists(path):
                     report.failed.append(Failed(folder, "; ".join(errors[:3])
                                                 or "still there after removal"))
-                    failed = True
+                    keep_list = True
                     continue
+            found_any = True
             files, size = files + found[0], size + found[1]
         if found_any:
             report.deleted.append(Deleted(app, files, size))
-        if not dry_run and not failed:
+        if not dry_run and not keep_list:
             try:
                 storage.delete(spark_folders_path(app))
                 storage.remove_empty_folder(spark_folders_path(app).rsplit("/", 1)[0])
