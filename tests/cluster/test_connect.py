@@ -103,17 +103,39 @@ def test_a_connect_server_serves_sessions_from_other_hosts(cluster: Cluster,
                      "socket.gethostname()\n"
                      "reads = sorted({r[0] for r in spark.range(6).repartition(3)"
                      ".select(read('id')).collect()})\n"
+                     # An artifact its UDF reads on the worker hosts (Spark's own copies).
+                     "open('/tmp/w2-artifact.txt', 'w').write('w2 artifact')\n"
+                     "spark.addArtifacts('/tmp/w2-artifact.txt', file=True)\n"
+                     "@udf('string')\n"
+                     "def peek(i):\n"
+                     "    from pyspark import SparkFiles\n"
+                     "    path = SparkFiles.get('w2-artifact.txt')\n"
+                     "    return open(path).read() + '|' + path\n"
+                     "peeks = {r[0] for r in spark.range(6).repartition(3)"
+                     ".select(peek('id')).collect()}\n"
                      "result = [df.count(), cp.latest().count(), "
-                     "t.selectExpr('sum(y)').collect()[0][0], t.storage_key, reads]\n"
+                     "t.selectExpr('sum(y)').collect()[0][0], t.storage_key, reads, "
+                     "sorted(peeks)]\n"
                      "spark.stop()", hold=False)], timeout=180)
             got = result_of(done.stdout.splitlines())
             assert got is not None, done.stderr[-3000:]
-            count, latest, total, key, reads = got
+            count, latest, total, key, reads, peeks = got
             assert (count, latest, total) == (30, 40, 2 * sum(range(50)))
+            # Read from Spark's copies in the worker hosts' work dirs.
+            assert {p.split("|")[0] for p in peeks} == {"w2 artifact"}
+            assert all(p.split("|")[1].startswith("/tmp/spark-work/") for p in peeks), peeks
             assert reads and {r.split("@")[0] for r in reads} == {"from w2"}
             # Read by executors on worker hosts, none on the driver's.
             assert cluster.hostname("driver") not in {r.split("@")[1] for r in reads}
             wait_until(lambda: folders() == kept, 60, "the released session's folder gone")
+
+            def artifact_copies() -> list[str]:  # ground truth: each worker host's work dirs
+                return [line for worker in ("w1", "w2", "w3") for line in cluster.run(
+                    worker, ["find", "/tmp/spark-work", "-name", "w2-artifact.txt"],
+                    timeout=30).stdout.split()]
+
+            # The executors on the worker hosts evict the ended session: their copies go.
+            wait_until(lambda: not artifact_copies(), 30, "the workers' artifact copies gone")
             wait_until(lambda: not list((storage / "tables" / "data" / key).rglob("*.parquet")),
                        60, "the released session's cached table gone")
             status = json.loads(subprocess.run(

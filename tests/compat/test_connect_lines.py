@@ -59,19 +59,31 @@ def test_the_line_s_connect_server_hosts_the_runtime_and_sessions_own_checkpoint
     storage = tmp_path / "storage"
     (tmp_path / "server").mkdir()
     env = line.env()
+    (tmp_path / "jvm-tmp").mkdir()
     flags = server_flags(storage, tmp_path / "local",
                          "spark.connect.session.manager.defaultSessionTimeout=8s",
-                         "spark.connect.session.manager.maintenanceInterval=1s")
+                         "spark.connect.session.manager.maintenanceInterval=1s",
+                         f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={tmp_path / 'jvm-tmp'}",
+                         f"spark.local.dir={tmp_path / 'spark-local'}")
+    artifact = tmp_path / "line-artifact.txt"
+    artifact.write_text("line artifact\n" * 100)
     with ConnectServer(tmp_path / "server", flags, env=env, spark_home=line.home) as server:
         app = server.app_id()
         wait_until(lambda: f"attached to {app}" in server.log(), 120, "the runtime's attach")
         assert len(server.runtime_pids()) == 1
         # One session keeps its checkpoint until its client is killed and it expires.
-        # It also uses the thin client (a checkpoint series, a cached table) and Spark's own
-        # df.cache(), which go with the session too.
-        held, (count, version, session, saved, table_sum, cached) = server.held_client(
+        # It also uses the thin client (a checkpoint series, a cached table), Spark's own
+        # df.cache() and an artifact its UDF reads, which go with the session too.
+        held, (count, version, session, saved, table_sum, cached, peek) = server.held_client(
             "import pyspark\n"
             "import spark_steward\n"
+            "from pyspark.sql.functions import udf\n"
+            f"spark.addArtifacts({str(artifact)!r}, file=True)\n"
+            "@udf('string')\n"
+            "def peek(i):\n"
+            "    from pyspark import SparkFiles\n"
+            "    return open(SparkFiles.get('line-artifact.txt')).read(13)\n"
+            "peeked = spark.range(1).select(peek('id')).collect()[0][0]\n"
             "df = spark.range(40).checkpoint()\n"
             "cp = spark_steward.checkpoints('line')\n"
             "saved = cp.save(spark.range(30)) and cp.latest().count()\n"
@@ -79,9 +91,17 @@ def test_the_line_s_connect_server_hosts_the_runtime_and_sessions_own_checkpoint
             f"c = {CACHED}\n"
             "c.cache()\n"
             "result = [df.count(), pyspark.__version__, spark.client._session_id, saved,\n"
-            "          t.selectExpr('sum(y)').collect()[0][0], c.count()]\n",
+            "          t.selectExpr('sum(y)').collect()[0][0], c.count(), peeked]\n",
             env=env)
         assert (count, version, saved, table_sum, cached) == (40, line.version, 30, 380, 6)
+        assert peek == "line artifact"
+
+        def copies() -> list[Path]:  # Spark's: the store's, the driver's, the executors'
+            return [*(tmp_path / "jvm-tmp").glob(f"artifacts-*/*/files/{artifact.name}"),
+                    *(tmp_path / "spark-local").glob(f"spark-*/userFiles-*/*/{artifact.name}"),
+                    *(line.home / "work" / app).glob(f"*/*/{artifact.name}")]
+
+        assert len(copies()) >= 3
         assert list((storage / "tables" / "data").glob("*/*/*.parquet"))
         wait_until(lambda: session in [s["session_id"] for s in sessions_of(storage)["open"]],
                    20, "the session in the record")
@@ -91,6 +111,7 @@ def test_the_line_s_connect_server_hosts_the_runtime_and_sessions_own_checkpoint
         wait_until(lambda: not list((storage / "tables" / "data").glob("*/*/*.parquet")), 30,
                    "the expired session's cached table")
         assert server.client(f"result = {CACHED}.storageLevel.useMemory", env=env) is False
+        wait_until(lambda: not copies(), 30, "the expired session's artifact copies")
         # Another session's checkpoint is the application's to release at its end.
         assert server.client("result = spark.range(9).checkpoint().count()", env=env) == 9
         server.stop()

@@ -28,8 +28,8 @@ import org.slf4j.LoggerFactory;
  * <p>The Connect side ({@code io.sparksteward.shim.connect.SessionArtifacts}) tells this class
  * what a session added and, when it ends, which Spark session ids and folders were its. The
  * driver runtime drains those reports ({@link #drain}): it keeps a verified copy of each artifact
- * as a blob of the session and deletes the folders with its retried cleanup. Executors ask the
- * driver plugin every {@link #ASK_EVERY_MILLIS} which sessions ended and evict them from
+ * as a blob of the session and deletes the folders with its retried cleanup. Executors holding
+ * sessions ask the driver plugin every {@link #ASK_EVERY_MILLIS} which ended and evict them from
  * Spark's own isolated-session cache, which deletes their copies once no task uses them (and
  * fetches them again, should a task of the session still come).
  */
@@ -184,6 +184,9 @@ public final class ConnectArtifacts {
 
   static long askOnce(PluginContext ctx, long seen) {
     try {
+      if (heldSessions() == 0) {
+        return seen;  // no Connect session's files here: nothing to ask the driver about
+      }
       Object answer = ctx.ask(ASK + seen);
       if (!(answer instanceof String)) {
         return seen;
@@ -203,6 +206,21 @@ public final class ConnectArtifacts {
     } catch (Exception e) {
       LOG.debug(Errors.PREFIX + "could not ask the driver which Connect sessions ended", e);
       return seen;
+    }
+  }
+
+  /** How many isolated sessions this executor holds (-1 where unknown: ask anyway). */
+  static long heldSessions() {
+    try {
+      Object cache = SparkCompat.isolatedSessions(SparkEnv.get());
+      if (cache == null) {
+        return -1;
+      }
+      Method size = cache.getClass().getMethod("size");
+      size.setAccessible(true);
+      return ((Number) size.invoke(cache)).longValue();
+    } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
+      return -1;
     }
   }
 
