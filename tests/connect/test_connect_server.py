@@ -462,6 +462,61 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
     assert f"attached to {app}" in server.log()
 
 
+#: Queries over a cached DataFrame ``d`` (and its source ``s``): each kind of plan a cached
+#: fragment can sit in, compared with the same queries in a session without the cache.
+TRANSPARENT_QUERIES = (
+    "sorted(tuple(r) for r in d.collect())",
+    "d.count()",
+    "sorted(tuple(r) for r in d.groupBy('k').agg({'x': 'sum'}).collect())",
+    "d.where('k = 3').selectExpr('sum(x)').collect()[0][0]",
+    "d.alias('a').join(d.alias('b'), 'id').selectExpr('count(*)', 'sum(a.x + b.k)')"
+    ".collect()[0][:]",
+    "d.union(d.where('k < 2')).count()",
+    "s.selectExpr('id', 'id % 7 AS k', 'id * 3 AS x').where('x > 100').count()",
+)
+
+
+def test_transparent_caching_on_connect_reads_cached_tables_and_never_changes_a_result(
+        served) -> None:
+    server, storage, local = served
+    queries = "[" + ", ".join(TRANSPARENT_QUERIES) + "]"
+    setup = ("s = spark.range(6000)\n"
+             "d = s.selectExpr('id', 'id % 7 AS k', 'id * 3 AS x')\n")
+    # Ground truth: the same queries in a session with nothing cached.
+    truth = server.client(setup + f"result = {queries}")
+    tables = storage / "tables" / "data"
+    got = server.client(
+        "import glob\n"
+        "spark.conf.set('spark.steward.cache.transparent', 'true')\n" + setup +
+        "d.cache()\n"
+        "level = str(d.storageLevel)\n"
+        f"first = {queries}\n"
+        f"files = len(glob.glob({str(tables)!r} + '/*/*/*.parquet'))\n"
+        f"again = {queries}\n"
+        "d.unpersist()\n"
+        f"gone = len(glob.glob({str(tables)!r} + '/*/*/*.parquet'))\n"
+        f"after = {queries}\n"
+        # One left cached: it goes with the session.
+        "kept = s.selectExpr('id * 2 AS y')\n"
+        "kept.cache()\n"
+        "kept_sum = kept.selectExpr('sum(y)').collect()[0][0]\n"
+        f"kept_files = len(glob.glob({str(tables)!r} + '/*/*/*.parquet'))\n"
+        "result = [first, again, after, level, files, gone, str(d.storageLevel), kept_sum,\n"
+        "          kept_files]\n"
+        "spark.stop()")
+    first, again, after, level, files, gone, level_after, kept_sum, kept_files = got
+    for i, query in enumerate(TRANSPARENT_QUERIES):
+        assert first[i] == truth[i] and again[i] == truth[i] and after[i] == truth[i], query
+    # It reads a cached table (materialized at the first query), reports Spark's storage level,
+    # and unpersist() deletes the table's files, as cache()/unpersist() do in classic.
+    assert level == "Disk Memory Deserialized 1x Replicated" and files > 0
+    assert gone == 0 and level_after == "Serialized 1x Replicated"
+    assert "cache() reads cached table" in server.log()
+    assert kept_sum == 2 * sum(range(6000)) and kept_files > 0
+    wait_until(lambda: not list(tables.glob("*/*/*.parquet")), 30,
+               "the ended session's transparently cached table released")
+
+
 def test_the_application_end_stops_the_runtime_and_finishes_its_record(served) -> None:
     server, storage, local = served
     app = server.app_id()

@@ -199,6 +199,12 @@ SHARED = [
     Shared("StewardPlugin.CONNECT_COMMANDS_KEY",
            "spark_steward.kernel.remote_server:COMMAND_CLASSES_KEY"),
     Shared("TaskContextRelay.FILE", "spark_steward.kernel.executor:RELAY_FILE"),
+    # The Connect interceptor and extension conf --server names, and the key they read.
+    Shared("StewardPlugin.CONNECT_INTERCEPTOR",
+           "spark_steward.blob.connect_artifacts:INTERCEPTOR_CLASS"),
+    Shared("StewardPlugin.CONNECT_INTERCEPTORS_KEY",
+           "spark_steward.blob.connect_artifacts:INTERCEPTOR_KEY"),
+    Shared("TransparentCaches.KEY", "spark_steward.tables.config_keys:CACHE_TRANSPARENT", _name),
     Shared("Handover.VERSION", "spark_steward.kernel.handover:VERSION", unique=False),
     Shared("Handover.EXIT_CONFIG_ERROR", "spark_steward.kernel.handover:EXIT_CONFIG_ERROR",
            unique=False),

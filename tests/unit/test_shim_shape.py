@@ -36,6 +36,8 @@ NAMES_NOT_LOADED = {
     # The Connect command extension (jvm-shim/src/connect) as a Connect server's conf names it:
     # the plugin only asks whether the conf does, to relay the task context to executors.
     ("io/sparksteward/shim/StewardPlugin.java", "io.sparksteward.shim.connect.StewardCommands"),
+    # Its interceptor, likewise: the plugin asks, to have executors evict ended sessions.
+    ("io/sparksteward/shim/StewardPlugin.java", "io.sparksteward.shim.connect.SessionCaches"),
 }
 
 _COMMENTS = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.S)

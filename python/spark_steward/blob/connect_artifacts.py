@@ -25,7 +25,7 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
 from spark_steward.blob.connect_gc import spark_folders_path
 from spark_steward.cleaner import RetryingCleaner, cleaner_from_conf
@@ -33,7 +33,7 @@ from spark_steward.errors import StewardError
 from spark_steward.kernel import jvm
 
 if TYPE_CHECKING:
-    from spark_steward.blob.service import BlobService
+    from spark_steward.blob.depot import BlobDepot
     from spark_steward.kernel.runtime import DriverRuntime
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,20 @@ DRAIN_EVERY = 1.0
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 #: Ended sessions remembered against their late ``added`` reports.
 ENDED_KEPT = 10_000
+
+
+class SessionScopes(Protocol):
+    """The blob service, as far as sessions' artifacts go (``BlobService``; it imports this
+    module, not the other way round)."""
+
+    def require_depot(self) -> "BlobDepot":
+        """The depot the artifacts are kept in."""
+
+    def session_scope(self, session_id: str, *, open_it: bool = True) -> str:
+        """The owner scope of Connect session ``session_id``."""
+
+    def session_closed(self, session_id: str) -> None:
+        """Closes the session's scope: its blobs are deleted."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +155,7 @@ class ConnectArtifacts:
     """Takes the shim's artifact reports for one runtime (``BlobService`` starts it on a
     Connect server with spark-steward's interceptor)."""
 
-    def __init__(self, service: "BlobService", drain: Callable[[], str],
+    def __init__(self, service: SessionScopes, drain: Callable[[], str],
                  cleaner: RetryingCleaner[str],
                  remember: Callable[[list[str]], None] | None = None) -> None:
         """``remember(folders)`` keeps Spark's artifact folders for ``gc`` after a crash."""
@@ -165,7 +179,7 @@ class ConnectArtifacts:
         return INTERCEPTOR_CLASS in [c.strip() for c in classes.split(",")]
 
     @classmethod
-    def start_for(cls, service: "BlobService", runtime: "DriverRuntime"
+    def start_for(cls, service: SessionScopes, runtime: "DriverRuntime"
                   ) -> "ConnectArtifacts | None":
         """Starts taking reports when the driver is such a server; else None."""
         if not cls.wanted(runtime):

@@ -38,12 +38,14 @@ log = logging.getLogger(__name__)
 FACADE_CLASS = "io.sparksteward.shim.PythonFacade"
 PLUGIN_CLASS = "io.sparksteward.shim.StewardPlugin"
 #: The shim's Spark Connect server extensions (``spark-steward conf --server`` sets each key),
-#: compiled only against lines with Connect: the thin client's commands, and the interceptor
-#: that releases what a session cached when it ends.
+#: compiled only against lines with Connect: the thin client's commands, the interceptor that
+#: releases what a session cached and added when it ends, and the extension that reads a
+#: session's transparently cached tables.
 CONNECT_COMMAND_CLASS = "io.sparksteward.shim.connect.StewardCommands"
 CONNECT_EXTENSIONS = (("spark.connect.extensions.command.classes", CONNECT_COMMAND_CLASS),
                       ("spark.connect.grpc.interceptor.classes",
-                       "io.sparksteward.shim.connect.SessionCaches"))
+                       "io.sparksteward.shim.connect.SessionCaches"),
+                      ("spark.sql.extensions", "io.sparksteward.shim.connect.TransparentCaches"))
 
 #: The prefix of every message the shim's Java code raises for users.
 JAVA_ERROR_PREFIX = "spark-steward: "

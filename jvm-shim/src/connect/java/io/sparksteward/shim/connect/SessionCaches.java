@@ -26,11 +26,13 @@ import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.connect.service.SparkListenerConnectSessionClosed;
 import org.apache.spark.sql.execution.CacheManager;
 import org.apache.spark.sql.execution.CachedData;
+import org.sparkproject.connect.grpc.ForwardingServerCall;
 import org.sparkproject.connect.grpc.ForwardingServerCallListener;
 import org.sparkproject.connect.grpc.Metadata;
 import org.sparkproject.connect.grpc.ServerCall;
 import org.sparkproject.connect.grpc.ServerCallHandler;
 import org.sparkproject.connect.grpc.ServerInterceptor;
+import org.sparkproject.connect.grpc.Status;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -79,21 +81,38 @@ public final class SessionCaches implements ServerInterceptor {
     if (listening == null) {
       listen();  // the server may build its interceptors before its SparkContext
     }
-    ServerCall.Listener<Q> served = next.startCall(call, headers);
     String method = call.getMethodDescriptor().getFullMethodName();
     if (method.endsWith("/AddArtifacts")) {
-      return artifacts(served);
+      return artifacts(next.startCall(call, headers));
     }
     if (!method.endsWith("/AnalyzePlan")) {
-      return served;
+      return next.startCall(call, headers);
     }
+    // What follows a persist runs before the call closes: the client's next request (a query
+    // that should read the cached table) comes after it.
+    BeforeClose hook = new BeforeClose();
+    ServerCall<Q, R> watched = new ForwardingServerCall.SimpleForwardingServerCall<Q, R>(call) {
+      @Override
+      public void close(Status status, Metadata trailers) {
+        hook.run();
+        super.close(status, trailers);
+      }
+    };
+    ServerCall.Listener<Q> served = next.startCall(watched, headers);
     return new ForwardingServerCallListener.SimpleForwardingServerCallListener<Q>(served) {
       private String persistingSession;
+      private String userId;
+      private boolean unpersist;
 
       @Override
       public void onMessage(Q message) {
-        if (message instanceof AnalyzePlanRequest && ((AnalyzePlanRequest) message).hasPersist()) {
-          persistingSession = ((AnalyzePlanRequest) message).getSessionId();
+        if (message instanceof AnalyzePlanRequest) {
+          AnalyzePlanRequest request = (AnalyzePlanRequest) message;
+          if (request.hasPersist() || request.hasUnpersist()) {
+            persistingSession = request.getSessionId();
+            userId = request.getUserContext().getUserId();
+            unpersist = request.hasUnpersist();
+          }
         }
         super.onMessage(message);
       }
@@ -110,17 +129,56 @@ public final class SessionCaches implements ServerInterceptor {
           Set<CachedData> before = entries();
           Set<String> sparkSessions = listening == null ? Collections.emptySet()
               : SessionArtifacts.sparkSessions(listening);
+          hook.set(() -> served(persistingSession, userId, unpersist, before, sparkSessions));
           try {
             super.onHalfClose();
           } finally {
-            claim(persistingSession, before);
-            if (listening != null) {
-              SessionArtifacts.cloned(persistingSession, sparkSessions, listening);
-            }
+            hook.run();  // when the call did not close here
           }
         }
       }
     };
+  }
+
+  /** A task run once, by the first of the call's close and the end of its serving. */
+  private static final class BeforeClose {
+    private Runnable task;
+
+    synchronized void set(Runnable task) {
+      this.task = task;
+    }
+
+    void run() {
+      Runnable once;
+      synchronized (this) {
+        once = task;
+        task = null;
+      }
+      if (once != null) {
+        try {
+          once.run();
+        } catch (RuntimeException | LinkageError e) {
+          LOG.warn(Errors.PREFIX + "could not take what a persist or unpersist changed: {}",
+              e.toString());
+        }
+      }
+    }
+  }
+
+  /** After a persist or unpersist of session {@code sessionId} was served. */
+  private static void served(String sessionId, String userId, boolean unpersist,
+      Set<CachedData> before, Set<String> sparkSessions) {
+    if (unpersist) {
+      TransparentCaches.dropGone(entries());
+      return;
+    }
+    List<CachedData> gained = claim(sessionId, before);
+    if (listening != null) {
+      SessionArtifacts.cloned(sessionId, sparkSessions, listening);
+    }
+    if (!gained.isEmpty()) {
+      TransparentCaches.cached(userId, sessionId, gained);
+    }
   }
 
   /** An {@code AddArtifacts} call: once served, what the session added is told on. */
@@ -154,13 +212,15 @@ public final class SessionCaches implements ServerInterceptor {
     };
   }
 
-  private static void claim(String sessionId, Set<CachedData> before) {
+  /** The entries the cache gained since {@code before}, now session {@code sessionId}'s. */
+  private static List<CachedData> claim(String sessionId, Set<CachedData> before) {
     Set<CachedData> after = entries();
     after.removeAll(before);
     if (!after.isEmpty()) {
       CACHED.computeIfAbsent(sessionId, k -> Collections.synchronizedList(new ArrayList<>()))
           .addAll(after);
     }
+    return new ArrayList<>(after);
   }
 
   /**
@@ -259,6 +319,7 @@ public final class SessionCaches implements ServerInterceptor {
   }
 
   private static void release(String sessionId) {
+    TransparentCaches.release(sessionId);
     try {
       SessionArtifacts.release(sessionId, listening);
     } catch (RuntimeException | LinkageError e) {
@@ -306,7 +367,7 @@ public final class SessionCaches implements ServerInterceptor {
 
   // -- Spark's cache manager -----------------------------------------------------------------
 
-  private static SparkSession rootSession() {
+  static SparkSession rootSession() {
     scala.Option<SparkSession> session = SparkSession.getDefaultSession();
     if (session.isEmpty()) {
       throw new IllegalStateException("no default SparkSession on this server");
@@ -315,7 +376,7 @@ public final class SessionCaches implements ServerInterceptor {
   }
 
   /** The cache manager's entries now, by identity (its list is private: read by reflection). */
-  private static Set<CachedData> entries() {
+  static Set<CachedData> entries() {
     Set<CachedData> found = Collections.newSetFromMap(new IdentityHashMap<>());
     try {
       CacheManager manager = rootSession().sharedState().cacheManager();

@@ -86,13 +86,31 @@ public final class CachedTables {
    * The folder URL to read for table {@code id}, or null to use its original plan. Asks the
    * Python resolver, which materializes the table on its first use.
    */
+  private static final ThreadLocal<Boolean> RESOLVING = ThreadLocal.withInitial(() -> false);
+
+  /** Whether this thread is inside {@link #resolve}: materializing a table, maybe. */
+  public static boolean resolving() {
+    return RESOLVING.get();
+  }
+
   static String resolve(SparkSession session, String id) {
     Function<String, String> current = resolver;
     if (current == null) {
       return null;
     }
     String explain = session.sparkContext().getLocalProperty(EXPLAIN_PROPERTY);
-    String answer = current.apply(id + "\t" + ("true".equals(explain) ? "explain" : "run"));
+    String answer;
+    // Python materializes the table through py4j on this very thread (a callback's calls run
+    // on the calling thread): rules that put markers in must leave that job alone.
+    boolean outer = !RESOLVING.get();
+    RESOLVING.set(true);
+    try {
+      answer = current.apply(id + "\t" + ("true".equals(explain) ? "explain" : "run"));
+    } finally {
+      if (outer) {
+        RESOLVING.remove();
+      }
+    }
     if (answer == null || answer.equals("source")) {
       return null;
     }
