@@ -34,7 +34,9 @@ workload timings), ``--reps`` (3) times, in this order:
    (5) different aggregates over ``t``. The first materializes the cache (steward: Parquet files
    in the storage dir; plain: the executor's blocks), the later ones read it. Timed: the call
    and the first query, the later queries, and all. Then (untimed) ``spark_steward.close()`` /
-   ``t.unpersist(blocking=True)``.
+   ``t.unpersist(blocking=True)``. With ``--transparent``, steward caches as plain does, with
+   ``df.cache()``, under ``spark.steward.cache.transparent=true`` (classic: its hooks; Connect:
+   the server's ``TransparentCaches`` rule), and releases with ``unpersist``.
 
 Every answer of every repetition in every application must equal the first one's, and the
 counts and ``sum(id)`` their closed forms, or the run fails. The workload figures are
@@ -97,6 +99,8 @@ from connect import (APP_TIMEOUT, ATTACH_TIMEOUT, COMMON_CONF, LOOPBACK, MASTER,
 
 MODES = ("classic", "connect")
 VARIANTS = ("plain", "steward")
+#: ``--transparent``: the steward variant's cache workload uses ``df.cache()`` (set in main).
+TRANSPARENT = False
 PARTITIONS = 8
 SERIES = "bench"
 #: The DataFrame every application builds (``spark.range(0, rows, 1, PARTITIONS)``).
@@ -163,8 +167,11 @@ def cache_workload(spark: Any, steward: bool, rows: int, queries: int) -> dict[s
     """Caches the data, then runs ``queries`` aggregates over the cached table; releases it
     (untimed)."""
     df = make_df(spark, rows)
+    transparent = steward and TRANSPARENT
+    if transparent:  # df.cache() itself, on spark-steward's path (classic hooks; Connect's rule)
+        spark.conf.set("spark.steward.cache.transparent", "true")
     t0 = time.perf_counter()
-    if steward:
+    if steward and not transparent:
         import spark_steward
 
         table = spark_steward.cache(df)
@@ -179,7 +186,7 @@ def cache_workload(spark: Any, steward: bool, rows: int, queries: int) -> dict[s
     t2 = time.perf_counter()
     got = {"cache_call_s": t1 - t0, "query_s": times, "cache_first_s": t1 - t0 + times[0],
            "cache_rest_s": t2 - t1 - times[0], "cache_s": t2 - t0, "answers": answers}
-    if steward:
+    if steward and not transparent:
         import spark_steward
 
         got["materialized"] = bool(table.is_materialized)
@@ -351,7 +358,8 @@ def checkpoint_files(work: Path) -> dict[str, int]:
 
 def child_args(variant: str, args: argparse.Namespace, out: Path) -> list[str]:
     return ["--variant", variant, "--rows", str(args.rows), "--queries", str(args.queries),
-            "--reps", str(args.reps), "--out", str(out)]
+            "--reps", str(args.reps), "--out", str(out),
+            *(["--transparent"] if args.transparent else [])]
 
 
 def classic_app(variant: str, root: Path, work: Path, reaper: Reaper,
@@ -533,7 +541,7 @@ def check_answers(records: list[dict[str, Any]], rows: int) -> None:
                                   f"repetition {rep + 1}) answered the {what} workload "
                                   f"differently from {first['mode']} {first['variant']}:\n"
                                   f"{answer}\n{want[what]}")
-            if r["variant"] == "steward" and not ca["materialized"]:
+            if r["variant"] == "steward" and ca.get("materialized") is False:
                 raise Failure(f"{r['mode']} steward: the cached table was not materialized")
 
 
@@ -735,6 +743,10 @@ def main() -> int:
                         help="before each application, wait up to this long for the other "
                         "processes to use under 10%% of a core over 5 s (600)")
     parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
+    parser.add_argument("--transparent", action="store_true",
+                        help="steward caches with df.cache() under "
+                             "spark.steward.cache.transparent=true (classic: its hooks; Connect: "
+                             "the server's TransparentCaches) instead of spark_steward.cache(df)")
     parser.add_argument("--report", nargs="+", metavar="JSON",
                         help="run nothing: the report of the runs these --json files hold, "
                         "their rounds pooled (same --rows, --queries, --reps, --modes)")
@@ -743,6 +755,8 @@ def main() -> int:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global TRANSPARENT
+    TRANSPARENT = args.transparent
     if args.child == "classic":
         return classic_child(args.variant, args.rows, args.queries, args.reps, Path(args.out))
     if args.child == "connect":

@@ -112,8 +112,19 @@ def test_the_line_s_connect_server_hosts_the_runtime_and_sessions_own_checkpoint
                    "the expired session's cached table")
         assert server.client(f"result = {CACHED}.storageLevel.useMemory", env=env) is False
         wait_until(lambda: not copies(), 30, "the expired session's artifact copies")
-        # Another session's checkpoint is the application's to release at its end.
-        assert server.client("result = spark.range(9).checkpoint().count()", env=env) == 9
+        # Another session's checkpoint is the application's to release at its end. It also
+        # caches transparently: a cached table of the session, results unchanged.
+        tables = storage / "tables" / "data"
+        assert server.client(
+            "import glob\n"
+            "result = spark.range(9).checkpoint().count()\n"
+            "spark.conf.set('spark.steward.cache.transparent', 'true')\n"
+            "d = spark.range(300).selectExpr('id % 5 AS k')\n"
+            "d.cache()\n"
+            "agg = sorted(tuple(r) for r in d.groupBy('k').count().collect())\n"
+            f"files = len(glob.glob({str(tables)!r} + '/*/*/*.parquet'))\n"
+            "result = [result, agg, files > 0]", env=env) == [9, [[k, 60] for k in range(5)],
+                                                            True]
         server.stop()
         record = json.loads(subprocess.run(
             [sys.executable, "-m", "spark_steward.cli", "status", "--storage", storage.as_uri(),
