@@ -355,6 +355,14 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
         "    from pyspark import SparkFiles\n"
         "    return open(SparkFiles.get('held-artifact.txt')).read(13)\n"
         "peeks = [r[0] for r in spark.range(2).repartition(2).select(peek('id')).collect()]\n"
+        # Host-local state under a name the neighbour uses too.
+        "@udf('string')\n"
+        "def mark(i):\n"
+        "    import spark_steward\n"
+        "    state = spark_steward.local.state('shared')\n"
+        "    state.put('who', b'held')\n"
+        "    return state.get('who').decode()\n"
+        "marked = spark.range(1).select(mark('id')).collect()[0][0]\n"
         "t = spark_steward.cache(spark.range(300).selectExpr('id * 2 AS y'))\n"
         f"c = {MINE}\n"
         "c.cache()\n"
@@ -363,8 +371,10 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
         "from pyspark.sql.functions import spark_partition_id as pid\n"
         "parts = sum(d.select(pid()).distinct().count() for d in (c, lc))\n"
         "result = [t.selectExpr('sum(y)').collect()[0][0], t.table_id, t.storage_key,\n"
-        "          spark.client._session_id, c.count(), lc.count(), peeks, parts]", env=NO_JVM)
-    total, table_id, key, held_session, cached_rows, local_rows, peeks, parts = mine
+        "          spark.client._session_id, c.count(), lc.count(), peeks, parts, marked]",
+        env=NO_JVM)
+    total, table_id, key, held_session, cached_rows, local_rows, peeks, parts, marked = mine
+    assert marked == "held"
     assert total == 2 * sum(range(300)) and _table_files(storage, key)
     assert (cached_rows, local_rows) == (777, 555)
     assert peeks == ["held artifact"] * 2
@@ -377,16 +387,25 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
     neighbour, theirs = server.held_client(
         f"spark.addArtifacts({str(theirs_file)!r}, file=True)\n"
         f"t = {THEIRS}\nt.cache()\n"
-        "from pyspark.sql.functions import spark_partition_id as pid\n"
-        "result = [t.count(), t.select(pid()).distinct().count()]\n"
+        "from pyspark.sql.functions import spark_partition_id as pid, udf\n"
+        "@udf('string')\n"
+        "def seen(i):  # the held session's store of the same name is not this one\n"
+        "    import spark_steward\n"
+        "    state = spark_steward.local.state('shared')\n"
+        "    before = state.get('who')\n"
+        "    state.put('who', b'neighbour')\n"
+        "    return repr(before)\n"
+        "result = [t.count(), t.select(pid()).distinct().count(),\n"
+        "          spark.range(1).select(seen('id')).collect()[0][0],\n"
+        "          spark.client._session_id]\n"
         "import threading\n"
         "def keep():  # a request every 2 s: the idle session never expires\n"
         "    while True:\n"
         "        spark.conf.get('spark.app.name')\n"
         "        time.sleep(2)\n"
         "threading.Thread(target=keep, daemon=True).start()")
-    theirs, their_parts = theirs
-    assert theirs == 888
+    theirs, their_parts, their_before, their_session = theirs
+    assert theirs == 888 and their_before == "None"
     removed_before = server.log().count("from persistence list")
     hostile = server.client(
         "import spark_steward\n"
@@ -451,6 +470,25 @@ def test_the_thin_client_runs_spark_steward_s_api_in_its_own_session(served) -> 
     levels = server.client(f"result = [{MINE}.storageLevel.useMemory, "
                            f"{THEIRS}.storageLevel.useMemory]")
     assert levels == [False, True]
+    # Its local state goes at the next use of local state on that executor; the neighbour's
+    # store of the same name stays.
+    def stores(session: str) -> list[Path]:
+        return list(local.rglob(f"state/.connect/{session}/shared"))
+
+    assert stores(held_session) and stores(their_session)
+
+    def swept() -> bool:
+        server.client("from pyspark.sql.functions import udf\n"
+                      "@udf('long')\n"
+                      "def touch(i):\n"
+                      "    import spark_steward\n"
+                      "    spark_steward.local.state('other').put('k', b'v')\n"
+                      "    return i\n"
+                      "result = len(spark.range(2).select(touch('id')).collect())")
+        return not stores(held_session)
+
+    wait_until(swept, 40, "the expired session's local state removed", step=5)
+    assert stores(their_session)
     # Every copy of its artifact goes (the clone's and the executors' too); the neighbour's stay.
     wait_until(lambda: not any(_artifact_copies(server, "held-artifact.txt").values()), 30,
                "the killed session's artifact copies deleted")

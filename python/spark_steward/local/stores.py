@@ -5,9 +5,10 @@ crc32c, kept across Python worker and executor restarts, removed when the applic
 from __future__ import annotations
 
 import os
+import shutil
 import warnings
 from pathlib import Path
-from typing import Callable, Iterator, Union
+from typing import Callable, Iterable, Iterator, Union
 from urllib.parse import unquote
 
 from spark_steward.checksum import crc32c_of
@@ -25,6 +26,28 @@ def _chunks_of(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
+def session_folder(session_id: str) -> str:
+    """The folder of Connect session ``session_id``'s stores: ``state/.connect/<session>`` (no
+    store name is encoded with a leading dot, so no application store meets it)."""
+    return f"{FOLDER}/.connect/{entry_name(session_id)}"
+
+
+def sweep_sessions(work: WorkingDir, session_ids: Iterable[str]) -> int:
+    """Removes every store entry of the ended Connect sessions ``session_ids`` through the
+    manifest (a reader holding one keeps its open file); how many entries went."""
+    sessions = list(session_ids)
+    prefixes = tuple(session_folder(s) + "/" for s in sessions)
+    if not prefixes:
+        return 0
+    removed = 0
+    for record in work.records():
+        if record.entry.startswith(prefixes) and work.remove(record.entry):
+            removed += 1
+    for session in sessions:  # then the folders, with the stores' lock files
+        shutil.rmtree(work.path_of(session_folder(session)), ignore_errors=True)
+    return removed
+
+
 class LocalState:
     """One named store of one application on this host, seen from a task.
 
@@ -34,10 +57,12 @@ class LocalState:
     """
 
     def __init__(self, work: WorkingDir, name: str,
-                 hold: Callable[[str], None] | None = None) -> None:
+                 hold: Callable[[str], None] | None = None, *, owner: str = "") -> None:
+        """``owner``: a Spark Connect session's id; its stores are apart from the application's
+        and from other sessions' (:func:`session_folder`)."""
         self.work = work
         self.name = name
-        self._folder = f"{FOLDER}/{entry_name(name)}"
+        self._folder = f"{session_folder(owner) if owner else FOLDER}/{entry_name(name)}"
         self._hold = hold
 
     def _entry(self, key: str) -> str:

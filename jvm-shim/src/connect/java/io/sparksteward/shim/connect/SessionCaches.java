@@ -11,6 +11,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
+import io.sparksteward.shim.blob.ConnectArtifacts;
 import io.sparksteward.shim.kernel.ConnectHoldings;
 import io.sparksteward.shim.kernel.Errors;
 import io.sparksteward.shim.kernel.SparkCompat;
@@ -320,6 +321,7 @@ public final class SessionCaches implements ServerInterceptor {
 
   private static void release(String sessionId) {
     TransparentCaches.release(sessionId);
+    ConnectArtifacts.sessionEnded(sessionId);  // executors remove its local state
     try {
       SessionArtifacts.release(sessionId, listening);
     } catch (RuntimeException | LinkageError e) {

@@ -1,9 +1,17 @@
 package io.sparksteward.shim.blob;
 
+import java.io.File;
+import java.io.IOException;
 import java.lang.reflect.Method;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.LinkOption;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Executors;
@@ -12,6 +20,7 @@ import java.util.concurrent.TimeUnit;
 
 import io.sparksteward.shim.kernel.Errors;
 import io.sparksteward.shim.kernel.EventEncoder;
+import io.sparksteward.shim.kernel.PrivateFiles;
 import io.sparksteward.shim.kernel.SparkCompat;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.api.plugin.PluginContext;
@@ -37,6 +46,10 @@ public final class ConnectArtifacts {
   /** The key of the executors' extra conf (the plugin's own map, not a Spark conf). */
   public static final String ENABLED_KEY = "connect-artifacts";
   static final String ASK = "ended-sessions?";
+  /** The ended Connect sessions an executor lists for its Python workers (one id a line). */
+  public static final String ENDED_FILE = "spark-steward-ended-sessions";
+  /** Marks a Connect session's id among the ended Spark session ids. */
+  private static final String SESSION = "connect:";
   static final long ASK_EVERY_MILLIS = 5000;
   /** Reports kept for a runtime that does not drain (stopped, restarting). */
   static final int MAX_REPORTS = 100_000;
@@ -88,11 +101,28 @@ public final class ConnectArtifacts {
         ENDED.remove(uuid);
         ENDED.put(uuid, ++generation);
       }
-      while (ENDED.size() > MAX_ENDED) {
-        Iterator<String> oldest = ENDED.keySet().iterator();
-        oldest.next();
-        oldest.remove();
-      }
+      trimEnded();
+    }
+  }
+
+  /**
+   * Connect session {@code sessionId} ended (any session, with artifacts or not): executors list
+   * it in {@link #ENDED_FILE}, where spark-steward's Python workers find which sessions' local
+   * state to remove.
+   */
+  public static void sessionEnded(String sessionId) {
+    synchronized (ENDED) {
+      ENDED.remove(SESSION + sessionId);
+      ENDED.put(SESSION + sessionId, ++generation);
+      trimEnded();
+    }
+  }
+
+  private static void trimEnded() {
+    while (ENDED.size() > MAX_ENDED) {
+      Iterator<String> oldest = ENDED.keySet().iterator();
+      oldest.next();
+      oldest.remove();
     }
   }
 
@@ -194,18 +224,56 @@ public final class ConnectArtifacts {
       String[] parts = ((String) answer).split("\n", 2);
       long now = Long.parseLong(parts[0]);
       if (parts.length > 1 && !parts[1].isEmpty()) {
-        String[] uuids = parts[1].split(",");
+        List<String> uuids = new ArrayList<>();
+        List<String> sessions = new ArrayList<>();
+        for (String id : parts[1].split(",")) {
+          if (id.startsWith(SESSION)) {
+            sessions.add(id.substring(SESSION.length()));
+          } else {
+            uuids.add(id);
+          }
+        }
         int evicted = 0;
         for (String uuid : uuids) {
           evicted += evict(uuid) ? 1 : 0;
         }
-        LOG.info(Errors.PREFIX + "{} of {} ended Spark Connect session(s) evicted here: Spark "
-            + "deletes their files once no task uses them", evicted, uuids.length);
+        if (!uuids.isEmpty()) {
+          LOG.info(Errors.PREFIX + "{} of {} ended Spark Connect session(s) evicted here: "
+              + "Spark deletes their files once no task uses them", evicted, uuids.size());
+        }
+        if (!sessions.isEmpty()) {
+          listEnded(sessions);
+        }
       }
       return now;
     } catch (Exception e) {
       LOG.debug(Errors.PREFIX + "could not ask the driver which Connect sessions ended", e);
       return seen;
+    }
+  }
+
+  /**
+   * Adds {@code sessions} to {@link #ENDED_FILE} in this executor's first block-manager dir
+   * (Spark's {@code SPARK_LOCAL_DIRS} for its Python workers), owner-only, the last {@link
+   * #MAX_ENDED} kept, replaced atomically.
+   */
+  static void listEnded(List<String> sessions) throws IOException {
+    File dir = SparkEnv.get().blockManager().diskBlockManager().localDirs()[0];
+    Path target = dir.toPath().resolve(ENDED_FILE);
+    LinkedHashSet<String> all = new LinkedHashSet<>();
+    if (Files.isRegularFile(target, LinkOption.NOFOLLOW_LINKS)) {
+      all.addAll(Files.readAllLines(target, StandardCharsets.UTF_8));
+    }
+    all.addAll(sessions);
+    List<String> kept = new ArrayList<>(all);
+    kept = kept.subList(Math.max(0, kept.size() - MAX_ENDED), kept.size());
+    Path tmp = Files.createTempFile(dir.toPath(), ENDED_FILE, ".tmp", PrivateFiles.FILE_MODE);
+    try {
+      Files.write(tmp, kept, StandardCharsets.UTF_8);
+      Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE,
+          StandardCopyOption.REPLACE_EXISTING);
+    } finally {
+      Files.deleteIfExists(tmp);
     }
   }
 
