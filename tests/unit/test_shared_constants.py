@@ -205,6 +205,7 @@ SHARED = [
     Shared("StewardPlugin.CONNECT_INTERCEPTORS_KEY",
            "spark_steward.blob.connect_artifacts:INTERCEPTOR_KEY"),
     Shared("TransparentCaches.KEY", "spark_steward.tables.config_keys:CACHE_TRANSPARENT", _name),
+    Shared("ConnectArtifacts.ENDED_FILE", "spark_steward.local.executor:ENDED_SESSIONS_FILE"),
     Shared("Handover.VERSION", "spark_steward.kernel.handover:VERSION", unique=False),
     Shared("Handover.EXIT_CONFIG_ERROR", "spark_steward.kernel.handover:EXIT_CONFIG_ERROR",
            unique=False),
