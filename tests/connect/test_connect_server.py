@@ -523,7 +523,7 @@ def test_transparent_caching_on_connect_reads_cached_tables_and_never_changes_a_
     # Ground truth: the same queries in a session with nothing cached.
     truth = server.client(setup + f"result = {queries}")
     tables = storage / "tables" / "data"
-    got = server.client(
+    held, got = server.held_client(
         "import glob\n"
         "spark.conf.set('spark.steward.cache.transparent', 'true')\n" + setup +
         "d.cache()\n"
@@ -540,9 +540,8 @@ def test_transparent_caching_on_connect_reads_cached_tables_and_never_changes_a_
         "kept_sum = kept.selectExpr('sum(y)').collect()[0][0]\n"
         f"kept_files = len(glob.glob({str(tables)!r} + '/*/*/*.parquet'))\n"
         "result = [first, again, after, level, files, gone, str(d.storageLevel), kept_sum,\n"
-        "          kept_files]\n"
-        "spark.stop()")
-    first, again, after, level, files, gone, level_after, kept_sum, kept_files = got
+        "          kept_files, spark.client._session_id]\n")
+    first, again, after, level, files, gone, level_after, kept_sum, kept_files, session = got
     for i, query in enumerate(TRANSPARENT_QUERIES):
         assert first[i] == truth[i] and again[i] == truth[i] and after[i] == truth[i], query
     # It reads a cached table (materialized at the first query), reports Spark's storage level,
@@ -551,7 +550,17 @@ def test_transparent_caching_on_connect_reads_cached_tables_and_never_changes_a_
     assert gone == 0 and level_after == "Serialized 1x Replicated"
     assert "cache() reads cached table" in server.log()
     assert kept_sum == 2 * sum(range(6000)) and kept_files > 0
-    wait_until(lambda: not list(tables.glob("*/*/*.parquet")), 30,
+    # The session holds its table, and nothing in Spark's in-memory cache: the blocks the
+    # table's materialization computed through Spark's entry were dropped once it was ready.
+    def owns() -> dict[str, object] | None:
+        found = [s["owns"] for s in sessions_of(storage)["open"] if s["session_id"] == session]
+        return found[0] if found and "cached tables" in found[0] else None
+
+    time.sleep(2.5)  # records of heartbeats (1 s) after the client's last query
+    assert "spark caches" not in wait_until(owns, 15, "the session's table in the record")
+    held.kill()
+    held.wait(10)
+    wait_until(lambda: not list(tables.glob("*/*/*.parquet")), 60,
                "the ended session's transparently cached table released")
 
 

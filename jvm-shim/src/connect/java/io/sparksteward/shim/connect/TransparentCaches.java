@@ -46,7 +46,9 @@ import scala.runtime.BoxedUnit;
  * post-hoc resolution rule ({@code spark.sql.extensions}, which {@code spark-steward conf
  * --server} sets) puts the marker where a query of that session, run for a Connect operation,
  * has a fragment with the same result, before Spark's cache manager would put in its in-memory
- * relation: Spark's cache is never filled, the table is. The table materializes on first use
+ * relation: Spark's cache is not used, the table is. The table's own materialization (through
+ * py4j, on the querying thread) is left alone; it computes the plan through Spark's entry, whose
+ * in-memory blocks are dropped as soon as the table is ready ({@link #resolved}). The table materializes on first use
  * and falls back to the original plan whenever it is unusable, so results never change.
  *
  * <p>A mapping goes when its Spark entry goes ({@code unpersist()}, {@code clearCache()}, the
@@ -82,6 +84,7 @@ public final class TransparentCaches extends AbstractFunction1<SparkSessionExten
 
   @Override
   public BoxedUnit apply(SparkSessionExtensions extensions) {
+    CachedTables.onResolved(TransparentCaches::resolved);
     extensions.injectPostHocResolutionRule(
         new AbstractFunction1<org.apache.spark.sql.SparkSession, Rule<LogicalPlan>>() {
           @Override
@@ -169,6 +172,21 @@ public final class TransparentCaches extends AbstractFunction1<SparkSessionExten
     }
   }
 
+  /**
+   * Table {@code tableId} was resolved (materialized, or found ready): the in-memory cache its
+   * materialization filled through Spark's entry is dropped (the entry stays registered).
+   */
+  static void resolved(String tableId) {
+    for (List<Table> tables : BY_SESSION.values()) {
+      for (Table t : tables) {
+        if (t.tableId.equals(tableId)
+            && t.entry.cachedRepresentation().cacheBuilder().isCachedColumnBuffersLoaded()) {
+          t.entry.cachedRepresentation().cacheBuilder().clearCache(false);
+        }
+      }
+    }
+  }
+
   /** Whether any table is mapped (the rule costs nothing otherwise). */
   static boolean any() {
     return !BY_SESSION.isEmpty();
@@ -192,7 +210,9 @@ public final class TransparentCaches extends AbstractFunction1<SparkSessionExten
       List<Table> tables = BY_SESSION.get(session.sessionUUID());
       if (tables == null || tables.isEmpty() || !forConnectOperation()
           || CachedTables.resolving()) {
-        return plan;  // the table's own materialization computes the original plan
+        // Not a query Connect runs (storageLevel, schema, explain: Spark's answers stand), or
+        // the table's own materialization, which computes the original plan.
+        return plan;
       }
       Set<CachedData> present = SessionCaches.entries();
       List<Table> live = new ArrayList<>();
@@ -220,6 +240,7 @@ public final class TransparentCaches extends AbstractFunction1<SparkSessionExten
       });
     }
 
+    /** Whether this thread runs a Connect operation (Connect tags the jobs it runs). */
     private boolean forConnectOperation() {
       String tags = session.sparkContext().getLocalProperty("spark.job.tags");
       return tags != null && tags.contains(CONNECT_TAG);

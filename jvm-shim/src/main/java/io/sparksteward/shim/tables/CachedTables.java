@@ -87,6 +87,12 @@ public final class CachedTables {
    * Python resolver, which materializes the table on its first use.
    */
   private static final ThreadLocal<Boolean> RESOLVING = ThreadLocal.withInitial(() -> false);
+  private static volatile java.util.function.Consumer<String> resolved;
+
+  /** Calls {@code then} with a table's id after each time it was resolved (and so ready). */
+  public static void onResolved(java.util.function.Consumer<String> then) {
+    resolved = then;
+  }
 
   /** Whether this thread is inside {@link #resolve}: materializing a table, maybe. */
   public static boolean resolving() {
@@ -110,6 +116,10 @@ public final class CachedTables {
       if (outer) {
         RESOLVING.remove();
       }
+    }
+    java.util.function.Consumer<String> then = resolved;
+    if (outer && then != null) {
+      then.accept(id);
     }
     if (answer == null || answer.equals("source")) {
       return null;
