@@ -11,6 +11,7 @@ a readable record are left alone and reported as skipped: absence of proof is no
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping, NamedTuple, Protocol, TypeVar
@@ -60,6 +61,20 @@ def is_collectable(liveness: str) -> bool:
 def application_liveness(registry: "ApplicationRegistry", app_id: str) -> str:
     """``live``, ``finished``, ``crashed``, or ``unknown`` when there is no readable record."""
     return judge(registry, app_id)[0]
+
+
+def folder_usage(folder: "os.PathLike[str] | str") -> tuple[int, int]:
+    """``(files, bytes)`` below ``folder``."""
+    files = size = 0
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            try:
+                size += os.lstat(os.path.join(parent, name)).st_size
+            except FileNotFoundError:
+                continue
+            files += 1
+    return files, size
+
 
 
 # -- the report --------------------------------------------------------------------------------

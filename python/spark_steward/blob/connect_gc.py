@@ -25,7 +25,8 @@ from typing import Any
 
 from spark_steward.applications import OWNED_DIR, ApplicationRegistry, this_place
 from spark_steward.errors import StewardError, StorageError
-from spark_steward.gc import Deleted, Failed, GcReport, Progress, Skipped, is_collectable, judge
+from spark_steward.gc import (Deleted, Failed, GcReport, Progress, Skipped, folder_usage,
+                              is_collectable, judge)
 
 #: Below ``apps/<appId>/``: the folders a Connect server's runtime named.
 SPARK_FOLDERS_FILE = "connect/spark-folders.json"
@@ -76,18 +77,6 @@ def _folders(body: Any) -> list[str] | None:
     return folders
 
 
-def _usage(path: Path) -> tuple[int, int]:
-    files = size = 0
-    for base, _, names in os.walk(path):
-        for name in names:
-            try:
-                size += os.lstat(os.path.join(base, name)).st_size
-                files += 1
-            except OSError:
-                pass
-    return files, size
-
-
 def collect_spark_folders(registry: ApplicationRegistry, *, dry_run: bool,
                           progress: Progress | None = None,
                           uid: int | None = None) -> GcReport:
@@ -136,7 +125,7 @@ def collect_spark_folders(registry: ApplicationRegistry, *, dry_run: bool,
             path = Path(folder)  # normalized: "x/." and "x/" name folder x
             if not os.path.lexists(path):
                 continue  # gone already (Spark deletes them at a clean stop)
-            found = _usage(path)
+            found = folder_usage(path)
             if not dry_run:
                 errors: list[str] = []
                 shutil.rmtree(path, onerror=lambda _f, p, e: errors.append(f"{p}: {e[1]}"))

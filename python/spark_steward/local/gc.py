@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_steward.applications import looks_like_app_id
-from spark_steward.gc import Deleted, Failed, GcReport, Progress, Skipped, is_collectable, judge
+from spark_steward.gc import (Deleted, Failed, GcReport, Progress, Skipped, folder_usage,
+                              is_collectable, judge)
 
 if TYPE_CHECKING:
     from spark_steward.applications import ApplicationRegistry
@@ -56,19 +57,6 @@ def sweep_local_folders(local_dir: str | os.PathLike[str], registry: "Applicatio
             removed.append(folder)
             log.info("removed %s: its application is no longer alive", folder)
     return removed
-
-
-def folder_usage(folder: Path) -> tuple[int, int]:
-    """``(files, bytes)`` below ``folder``."""
-    files = size = 0
-    for parent, _, names in os.walk(folder):
-        for name in names:
-            try:
-                size += os.lstat(os.path.join(parent, name)).st_size
-            except FileNotFoundError:
-                continue
-            files += 1
-    return files, size
 
 
 def collect_garbage(local_dir: str | os.PathLike[str], registry: "ApplicationRegistry", *,

@@ -22,8 +22,6 @@ import org.apache.spark.SparkFiles;
 import org.apache.spark.rpc.RpcEnvFileServer;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.connect.service.SessionHolder;
-import org.apache.spark.sql.connect.service.SessionKey;
-import org.apache.spark.sql.connect.service.SparkConnectService$;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -56,12 +54,11 @@ final class SessionArtifacts {
 
   /** After an {@code AddArtifacts} call of Connect session {@code sessionId} was served. */
   static void added(String userId, String sessionId) {
-    scala.Option<SessionHolder> holder = SparkConnectService$.MODULE$.sessionManager()
-        .getIsolatedSessionIfPresent(SessionKey.apply(userId, sessionId));
-    if (holder.isEmpty()) {
+    SessionHolder holder = SessionCaches.holder(userId, sessionId);
+    if (holder == null) {
       return;
     }
-    SparkSession session = holder.get().session();
+    SparkSession session = holder.session();
     String uuid = session.sessionUUID();
     Path dir = session.artifactManager().artifactPath();
     Owned owned = OWNED.computeIfAbsent(sessionId, k -> new Owned());

@@ -24,6 +24,9 @@ import org.apache.spark.scheduler.SparkListener;
 import org.apache.spark.scheduler.SparkListenerEvent;
 import org.apache.spark.scheduler.SparkListenerJobStart;
 import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.connect.service.SessionHolder;
+import org.apache.spark.sql.connect.service.SessionKey;
+import org.apache.spark.sql.connect.service.SparkConnectService$;
 import org.apache.spark.sql.connect.service.SparkListenerConnectSessionClosed;
 import org.apache.spark.sql.execution.CacheManager;
 import org.apache.spark.sql.execution.CachedData;
@@ -368,6 +371,13 @@ public final class SessionCaches implements ServerInterceptor {
   }
 
   // -- Spark's cache manager -----------------------------------------------------------------
+
+  /** The holder of Connect session {@code sessionId} of {@code userId}, or null once closed. */
+  static SessionHolder holder(String userId, String sessionId) {
+    scala.Option<SessionHolder> found = SparkConnectService$.MODULE$.sessionManager()
+        .getIsolatedSessionIfPresent(SessionKey.apply(userId, sessionId));
+    return found.isEmpty() ? null : found.get();
+  }
 
   static SparkSession rootSession() {
     scala.Option<SparkSession> session = SparkSession.getDefaultSession();

@@ -24,8 +24,6 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.connect.service.SessionHolder;
-import org.apache.spark.sql.connect.service.SessionKey;
-import org.apache.spark.sql.connect.service.SparkConnectService$;
 import org.apache.spark.sql.execution.CachedData;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -106,13 +104,12 @@ public final class TransparentCaches extends AbstractFunction1<SparkSessionExten
    * its own when transparent caching is on for it. A failure leaves the entry Spark's.
    */
   static void cached(String userId, String sessionId, List<CachedData> gained) {
-    scala.Option<SessionHolder> holder = SparkConnectService$.MODULE$.sessionManager()
-        .getIsolatedSessionIfPresent(SessionKey.apply(userId, sessionId));
+    SessionHolder holder = SessionCaches.holder(userId, sessionId);
     ConnectCommands handler = ConnectCommands.Registry.current();
-    if (holder.isEmpty() || handler == null || !on(holder.get().session())) {
+    if (holder == null || handler == null || !on(holder.session())) {
       return;
     }
-    SparkSession session = holder.get().session();
+    SparkSession session = holder.session();
     for (CachedData entry : gained) {
       try {
         Dataset<Row> df = org.apache.spark.sql.classic.Dataset.ofRows(session, entry.plan());

@@ -280,16 +280,28 @@ public final class ConnectArtifacts {
   /** How many isolated sessions this executor holds (-1 where unknown: ask anyway). */
   static long heldSessions() {
     try {
-      Object cache = SparkCompat.isolatedSessions(SparkEnv.get());
-      if (cache == null) {
-        return -1;
-      }
-      Method size = cache.getClass().getMethod("size");
-      size.setAccessible(true);
-      return ((Number) size.invoke(cache)).longValue();
+      Object size = onIsolatedSessions("size");
+      return size == null ? -1 : ((Number) size).longValue();
     } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
       return -1;
     }
+  }
+
+  /**
+   * Calls Spark's {@code Cache.<method>(args)} on this executor's isolated sessions (a Guava
+   * cache of Spark's own, so by reflection); null where the executor has none.
+   */
+  private static Object onIsolatedSessions(String method, Object... args)
+      throws ReflectiveOperationException {
+    Object cache = SparkCompat.isolatedSessions(SparkEnv.get());
+    if (cache == null) {
+      return null;
+    }
+    Class<?>[] types = new Class<?>[args.length];
+    java.util.Arrays.fill(types, Object.class);
+    Method call = cache.getClass().getMethod(method, types);
+    call.setAccessible(true);
+    return call.invoke(cache, args);
   }
 
   /**
@@ -298,13 +310,10 @@ public final class ConnectArtifacts {
    */
   static boolean evict(String uuid) {
     try {
-      Object cache = SparkCompat.isolatedSessions(SparkEnv.get());
-      if (cache == null) {
+      if (SparkCompat.isolatedSessions(SparkEnv.get()) == null) {
         return false;
       }
-      Method invalidate = cache.getClass().getMethod("invalidate", Object.class);
-      invalidate.setAccessible(true);
-      invalidate.invoke(cache, uuid);
+      onIsolatedSessions("invalidate", uuid);
       return true;
     } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
       if (!warned) {
